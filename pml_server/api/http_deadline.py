@@ -1,16 +1,23 @@
-"""The HTTP/1.1 protocol both of pml's HTTP listeners serve with (OTLP/HTTP in `otlp_http.py`,
-`pml mcp --transport http`): uvicorn's, with a deadline on reading each request. uvicorn reads
-a request's head and body with no deadline, so a client that stalls holds its connection for as
-long as it stays: 64 connections that sent half a request line held every OTLP/HTTP slot (each
-Export answered 503, still after 75 s), and about 1,000 held every descriptor of `pml mcp`
-(soft limit 1024), which then answered no one (docs/connect.md, "OTLP traces in"; docs/mcp.md,
-HTTP front). And how uvicorn logs, for both (`UVICORN_LOGGING`)."""
+"""How pml's HTTP listeners serve (OTLP/HTTP in `otlp_http.py`, /metrics in `metrics.py`,
+`pml mcp --transport http`): uvicorn's HTTP/1.1 protocol with a deadline on reading each
+request and a bound on the connections open, and uvicorn's logging (`listener_config`).
+
+uvicorn reads a request's head and body with no deadline, so a client that stalls held its
+connection for as long as it stayed: 64 connections that sent half a request line held every
+OTLP/HTTP slot (each Export answered 503, still after 75 s), and about 1,000 held every
+descriptor of `pml mcp` (soft limit 1024), which then answered no one. The deadline alone
+bounds how long a connection is held, not how many are: a client that reopens each as it is
+closed holds as many as it likes (docs/connect.md, "OTLP traces in"; docs/mcp.md, HTTP front;
+docs/operations.md, Metrics and alerts)."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import threading
 from typing import Any, Final
 
+import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 # uvicorn's logging (docs/operations.md, Secrets outside the store): its records go to the
@@ -25,16 +32,31 @@ UVICORN_LOGGING: Final[dict[str, Any]] = {"log_config": None, "log_level": "erro
 # previous answer on it (at least 280 KB/s for an 8 MiB body), or the connection is closed.
 REQUEST_SECONDS = 30.0
 
+# Connections one listener keeps open; one more is closed as soon as it is accepted. 1,000
+# connections that sent half a request line, each reopened as the deadline closed it, held
+# every descriptor of `pml serve` (soft limit 1024) through its OTLP/HTTP or /metrics port:
+# its gRPC port accepted no one, and asyncio logged "socket.accept() out of system resource"
+# 384,000 times (195 MB) in 30 s. Past uvicorn's `limit_concurrency`, requests are answered
+# 503 anyway; an idle connection is closed after uvicorn's keep-alive timeout (5 s).
+MAX_OPEN_CONNECTIONS = 128
+# The listen backlog, which is also how many connections asyncio accepts at once before the
+# protocol sees (and closes) any: with uvicorn's 2048, 600 took 600 descriptors in one burst.
+BACKLOG = 64
+
 
 class DeadlinedH11(H11Protocol):
     """uvicorn's HTTP/1.1 protocol closing a connection whose client has not sent its whole
-    request `REQUEST_SECONDS` after the connection opened or after the previous answer; a
-    request being answered is never cut."""
+    request `REQUEST_SECONDS` after the connection opened or after the previous answer (a
+    request being answered is never cut), and one accepted while `MAX_OPEN_CONNECTIONS` are
+    open."""
 
     _deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[arg-type]
+        if len(self.connections) > MAX_OPEN_CONNECTIONS:
+            self.transport.close()
+            return
         self._arm()
 
     def on_response_complete(self) -> None:
@@ -56,3 +78,53 @@ class DeadlinedH11(H11Protocol):
         waiting_on_client = cycle is None or cycle.response_complete or cycle.more_body
         if waiting_on_client and not self.transport.is_closing():
             self.transport.close()
+
+
+def listener_config(app: Any, **options: Any) -> uvicorn.Config:
+    """uvicorn's configuration of one of pml's HTTP listeners serving `app`: `DeadlinedH11`,
+    `BACKLOG`, `UVICORN_LOGGING`, no `server` header; `options` add to it (lifespan, TLS,
+    limits)."""
+    return uvicorn.Config(
+        app,
+        http=DeadlinedH11,
+        backlog=BACKLOG,
+        server_header=False,
+        **UVICORN_LOGGING,
+        **options,
+    )
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to `host:port` (an IPv6 address without brackets; port 0: any free
+    port) and listening. Raises OSError (or ValueError for a port out of range)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(BACKLOG)
+    except (OSError, ValueError, OverflowError):
+        sock.close()
+        raise
+    return sock
+
+
+class ServedInThread:
+    """uvicorn serving `config` on the listening `sock` in a daemon thread named `name`;
+    `stop` lets answers in flight finish, then closes the socket."""
+
+    def __init__(self, config: uvicorn.Config, sock: socket.socket, name: str) -> None:
+        self._sock = sock
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, name=name, daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join(60)
+        self._sock.close()

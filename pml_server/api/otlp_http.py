@@ -13,9 +13,7 @@ import json
 import logging
 import math
 import re
-import socket
 import ssl
-import threading
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent import futures
@@ -24,14 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import uvicorn
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from pml_server.api.errors import retry_after_seconds, status_code_for, to_rpc_status
 from pml_server.api.http_body import Gone, read_body
-from pml_server.api.http_deadline import UVICORN_LOGGING, DeadlinedH11
+from pml_server.api.http_deadline import ServedInThread, listener_config, listening_socket
 from pml_server.api.otlp import refuse_past_bounds
 from pml_server.config import bind_error
 from pml_server.domain.errors import (
@@ -509,17 +506,10 @@ class OtlpHttpServer:
         on_answer: Callable[[int], None] | None = None,
     ) -> None:
         host, _, port = listen.rpartition(":")
-        host = host.strip("[]")
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, int(port)))
-            sock.listen(128)
-        except (OSError, ValueError) as err:
-            sock.close()
+            sock = listening_socket(host.strip("[]"), int(port))
+        except (OSError, ValueError, OverflowError) as err:
             raise bind_error(listen, err, "the OTLP/HTTP address ") from None
-        self._sock = sock
         self.port: int = sock.getsockname()[1]
         self._app = OtlpHttpApp(export, admit, max_bytes, on_answer=on_answer)
         tls_options: dict[str, Any] = {}
@@ -530,15 +520,12 @@ class OtlpHttpServer:
                     "ssl_ca_certs": str(tls.client_ca),
                     "ssl_cert_reqs": ssl.CERT_REQUIRED,
                 }
-        config = uvicorn.Config(
+        config = listener_config(
             self._app,
             lifespan="off",
-            http=DeadlinedH11,  # stalled clients hold no connection slot for long
-            **UVICORN_LOGGING,
             access_log=False,
             limit_concurrency=_MAX_CONNECTIONS,
             timeout_graceful_shutdown=30,
-            server_header=False,
             **tls_options,
         )
         try:
@@ -547,22 +534,13 @@ class OtlpHttpServer:
             sock.close()
             self._app.close()
             raise OSError(f"OTLP/HTTP on {listen}: {err}") from None
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run,
-            kwargs={"sockets": [sock]},
-            name="pml-otlp-http",
-            daemon=True,
-        )
+        self._served = ServedInThread(config, sock, "pml-otlp-http")
 
     def start(self) -> None:
-        self._thread.start()
+        self._served.start()
 
     def stop(self) -> None:
-        self._server.should_exit = True
-        if self._thread.is_alive():
-            self._thread.join(60)
-        self._sock.close()
+        self._served.stop()
         self._app.close()
 
 

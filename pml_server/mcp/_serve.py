@@ -28,7 +28,7 @@ from mcp_types import (
 from pydantic import ValidationError
 
 from pml_server import __version__
-from pml_server.api.http_deadline import UVICORN_LOGGING, DeadlinedH11
+from pml_server.api.http_deadline import listener_config
 from pml_server.config import bind_error, is_loopback_host
 from pml_server.domain.limits import LIMITS
 from pml_server.mcp import _resources as resources
@@ -293,12 +293,8 @@ def run_http(
     )
     shown = f"[{host}]" if ":" in host else host
     print(f"pml mcp listening on http://{shown}:{bound}{path}", file=sys.stderr, flush=True)
-    config = uvicorn.Config(
-        BearerCheck(app, upstream, security, path),
-        **UVICORN_LOGGING,
-        lifespan="on",
-        http=DeadlinedH11,  # stalled clients hold no descriptor for long
-    )
+    # Stalled clients hold no descriptor for long, and at most `MAX_OPEN_CONNECTIONS` are held.
+    config = listener_config(BearerCheck(app, upstream, security, path), lifespan="on")
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
