@@ -32,31 +32,26 @@ UVICORN_LOGGING: Final[dict[str, Any]] = {"log_config": None, "log_level": "erro
 # previous answer on it (at least 280 KB/s for an 8 MiB body), or the connection is closed.
 REQUEST_SECONDS = 30.0
 
-# Connections one listener keeps open; one more is closed as soon as it is accepted. 1,000
-# connections that sent half a request line, each reopened as the deadline closed it, held
-# every descriptor of `pml serve` (soft limit 1024) through its OTLP/HTTP or /metrics port:
-# its gRPC port accepted no one, and asyncio logged "socket.accept() out of system resource"
-# 384,000 times (195 MB) in 30 s. Past uvicorn's `limit_concurrency`, requests are answered
-# 503 anyway; an idle connection is closed after uvicorn's keep-alive timeout (5 s).
+# Connections one listener keeps open (`BoundedListener`); one more is closed as soon as it is
+# accepted. 1,000 connections that sent half a request line (or, with TLS, no handshake),
+# each reopened as the deadline closed it, held every descriptor of `pml serve` (soft limit
+# 1024) through its OTLP/HTTP or /metrics port: its gRPC port accepted no one, and asyncio
+# logged "socket.accept() out of system resource" 384,000 times (195 MB) in 30 s. Past
+# uvicorn's `limit_concurrency`, requests are answered 503 anyway; an idle connection is
+# closed after uvicorn's keep-alive timeout (5 s).
 MAX_OPEN_CONNECTIONS = 128
-# The listen backlog, which is also how many connections asyncio accepts at once before the
-# protocol sees (and closes) any: with uvicorn's 2048, 600 took 600 descriptors in one burst.
-BACKLOG = 64
+BACKLOG = 64  # the listen backlog, and how many connections asyncio accepts in one go
 
 
 class DeadlinedH11(H11Protocol):
     """uvicorn's HTTP/1.1 protocol closing a connection whose client has not sent its whole
-    request `REQUEST_SECONDS` after the connection opened or after the previous answer (a
-    request being answered is never cut), and one accepted while `MAX_OPEN_CONNECTIONS` are
-    open."""
+    request `REQUEST_SECONDS` after the connection opened or after the previous answer; a
+    request being answered is never cut."""
 
     _deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[arg-type]
-        if len(self.connections) > MAX_OPEN_CONNECTIONS:
-            self.transport.close()
-            return
         self._arm()
 
     def on_response_complete(self) -> None:
@@ -95,10 +90,10 @@ def listener_config(app: Any, **options: Any) -> uvicorn.Config:
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to `host:port` (an IPv6 address without brackets; port 0: any free
-    port) and listening. Raises OSError (or ValueError for a port out of range)."""
+    """A `BoundedListener` bound to `host:port` (an IPv6 address without brackets; port 0: any
+    free port) and listening. Raises OSError (or ValueError for a port out of range)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = BoundedListener(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
@@ -107,6 +102,46 @@ def listening_socket(host: str, port: int) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+class BoundedListener(socket.socket):
+    """A listening socket that keeps at most `MAX_OPEN_CONNECTIONS` of the connections it
+    accepted open: one more is closed as soon as it is accepted, before anything is read of it
+    (a TLS handshake or a request line), so no client holds more of the process's descriptors
+    however it stalls. asyncio accepts with `accept()` and closes each connection with its
+    socket's `close()`, in the event loop's thread."""
+
+    def __init__(self, family: int, kind: int) -> None:
+        super().__init__(family, kind)
+        self._lock = threading.Lock()
+        self.open_connections = 0
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        while True:
+            fd, address = self._accept()  # type: ignore[attr-defined]  # BlockingIOError: none
+            conn = _Accepted(self.family, self.type, self.proto, fileno=fd)
+            with self._lock:
+                if self.open_connections < MAX_OPEN_CONNECTIONS:
+                    self.open_connections += 1
+                    conn.listener = self
+                    return conn, address
+            conn.close()  # past the bound: the next one waiting, if any, is taken
+
+    def closed_one(self) -> None:
+        with self._lock:
+            self.open_connections -= 1
+
+
+class _Accepted(socket.socket):
+    """A connection a `BoundedListener` accepted, counted open until it is closed."""
+
+    listener: BoundedListener | None = None
+
+    def close(self) -> None:
+        listener, self.listener = self.listener, None
+        if listener is not None:
+            listener.closed_one()
+        super().close()
 
 
 class ServedInThread:

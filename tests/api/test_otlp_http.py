@@ -45,6 +45,7 @@ from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient, make_record
 from pml_server.domain.limits import LIMITS
 from testing.otlp_spans import recorded
+from tests.api.test_operations import pki  # noqa: F401  (the throwaway CA fixture)
 from tests.api.test_otlp_ingest import exporting_to
 from tests.conftest import StartServer
 from tests.support import eventually, npm_ci, spawn_pml_serve, stop_pml_serve
@@ -531,13 +532,18 @@ def test_connections_that_never_finish_a_request_are_closed(
             sock.close()
 
 
-def test_connections_held_open_never_take_the_servers_descriptors(tmp_path: Path) -> None:
+@pytest.mark.parametrize("tls", [False, True])
+def test_connections_held_open_never_take_the_servers_descriptors(
+    tmp_path: Path,
+    pki: Path,  # noqa: F811
+    tls: bool,
+) -> None:
     """docs/operations.md, Metrics and alerts: each HTTP listener keeps at most
     `http_deadline.MAX_OPEN_CONNECTIONS` connections open. 1,100 connections that sent half a
-    request line to the OTLP/HTTP port, or to /metrics, no key needed, held every descriptor
-    of a `pml serve` with a soft limit of 1024: its gRPC port accepted no one
-    (RecordExecution DEADLINE_EXCEEDED), and asyncio logged "socket.accept() out of system
-    resource" some 13,000 times a second."""
+    request line to the OTLP/HTTP port, or to /metrics, or with TLS no handshake, no key
+    needed, held every descriptor of a `pml serve` with a soft limit of 1024: its gRPC port
+    accepted no one (RecordExecution DEADLINE_EXCEEDED), and asyncio logged "socket.accept()
+    out of system resource" some 13,000 times a second."""
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < 4096:
         pytest.skip("this test holds 1,100 sockets open: the hard descriptor limit is lower")
@@ -545,6 +551,8 @@ def test_connections_held_open_never_take_the_servers_descriptors(tmp_path: Path
     log = tmp_path / "serve.log"
     flags = ["--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "d"), "--embedder"]
     flags += ["hashing", "--otlp-http-listen", "127.0.0.1:0", "--metrics-port", "0"]
+    if tls:
+        flags += ["--tls-cert", str(pki / "server.pem"), "--tls-key", str(pki / "server.key")]
     with log.open("w") as stderr:
         proc = subprocess.Popen(
             [str(Path(sys.executable).parent / "pml"), "serve", *flags],
@@ -558,17 +566,21 @@ def test_connections_held_open_never_take_the_servers_descriptors(tmp_path: Path
         grpc_port = re.search(r"\(port (\d+)\)", proc.stdout.readline())[1]  # type: ignore[index]
         otlp_port = re.search(r":(\d+)/v1/traces", proc.stdout.readline())[1]  # type: ignore[index]
         metrics_port = json.loads(log.read_text().splitlines()[0])["metrics_port"]
+        # With TLS a stalled client sends nothing: its handshake never ends.
+        half_a_request = b"" if tls else b"GET /metrics HTTP/1.1\r\n"
         for i, port in enumerate((int(otlp_port), metrics_port)):
             stalled: list[socket.socket] = []
             try:
                 for _ in range(1100):
                     try:
                         sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-                        sock.sendall(b"GET /metrics HTTP/1.1\r\n")
+                        sock.sendall(half_a_request)
                     except OSError:  # the backlog is full: the server is not accepting
                         break
                     stalled.append(sock)
-                with PmlClient(f"127.0.0.1:{grpc_port}", timeout=10, retries=0) as client:
+                ca = pki / "ca.pem" if tls else None
+                target = f"127.0.0.1:{grpc_port}"
+                with PmlClient(target, timeout=10, retries=0, root_certificates=ca) as client:
                     code = f"await mcp.tool{i}({{}})"
                     record = make_record(f"call tool {i}", code, tools=[f"tool{i}"])
                     assert client.record(record).new_pattern, port
