@@ -532,6 +532,7 @@ def test_connections_that_never_finish_a_request_are_closed(
             sock.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tls", [False, True])
 def test_connections_held_open_never_take_the_servers_descriptors(
     tmp_path: Path,
@@ -632,6 +633,20 @@ def test_a_body_without_a_valid_key_is_refused_before_it_is_read(
             assert status == expected, (body[:40], key, status, answer[:200])
     write = {**protobuf, "Authorization": f"Bearer {found['acme-write']}"}
     assert _post(server, b"\xff\xff not protobuf", write)[0] == 400  # read once admitted
+
+
+def test_a_tenant_over_its_quota_is_answered_429_before_its_body_is_read(
+    start: StartServer,
+) -> None:
+    """docs/connect.md, "OTLP traces in": the tenant's quota is peeked at from the headers, as
+    the gRPC port's early refusal does, before the body is parsed (a body that does not
+    parse was answered 400 over quota)."""
+    server = start(otlp_http_listen="127.0.0.1:0", tenant_rate=0.01, tenant_burst=1)
+    headers = {"Content-Type": "application/x-protobuf"}
+    assert _post(server, ExportTraceServiceRequest().SerializeToString(), headers)[0] == 200
+    status, answer_headers, answer = _post(server, b"\xff\xff not protobuf", headers)
+    assert status == 429, answer[:200]
+    assert int(answer_headers["retry-after"]) >= 1
 
 
 def _exchange(port: int, request: bytes) -> bytes:
