@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, Info, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info, make_asgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from pml_server import __version__
+from pml_server.api.http_deadline import ServedInThread, listener_config, listening_socket
 from pml_server.backup import BackupStatus
 from pml_server.domain.model import EmbeddingUsage
 from pml_server.replication import FollowerLag
+
+# Scrapes answered at once; more are answered 503 (a connection past
+# `http_deadline.MAX_OPEN_CONNECTIONS` is closed).
+_MAX_SCRAPES = 16
 
 
 class Metrics:
@@ -61,7 +65,7 @@ class Metrics:
         Info("pml_version", "The running pml version", registry=self.registry).info(
             {"version": __version__}
         )
-        self._http: Any = None
+        self._http: ServedInThread | None = None
 
     def watch_embedding(self, usage: Callable[[], EmbeddingUsage]) -> None:
         """Export the embedding model's totals, read from `usage` at each scrape."""
@@ -80,15 +84,25 @@ class Metrics:
         self.registry.register(_FairnessCollector(pauses))
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> int:
-        """Expose /metrics on `addr:port` (0 picks a free port); returns the bound port."""
-        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
-        self._http = server
-        return int(server.server_port)
+        """Expose /metrics on `addr:port` (0 picks a free port); returns the bound port. Served
+        as pml's other HTTP listeners are (`http_deadline`): prometheus_client's own server
+        took a thread and a descriptor for each connection, with no deadline and no bound, so
+        1,000 connections that sent half a request line held every descriptor of `pml serve`
+        (docs/operations.md, Metrics and alerts)."""
+        sock = listening_socket(addr.strip("[]"), port)
+        config = listener_config(
+            make_asgi_app(self.registry),
+            lifespan="off",
+            access_log=False,
+            limit_concurrency=_MAX_SCRAPES,
+        )
+        self._http = ServedInThread(config, sock, "pml-metrics")
+        self._http.start()
+        return int(sock.getsockname()[1])
 
     def close(self) -> None:
         if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
+            self._http.stop()
             self._http = None
 
 

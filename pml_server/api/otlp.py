@@ -19,7 +19,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from pml_server._proto.pml.v1 import resources_pb2
 from pml_server.api import convert
 from pml_server.api.metrics import Metrics
-from pml_server.api.security.auth import Role
+from pml_server.api.security.auth import Caller, Role
 from pml_server.api.servicer import PmlServicer, ServiceDeps
 from pml_server.domain import model
 from pml_server.domain.errors import (
@@ -145,6 +145,20 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
     ) -> trace_service_pb2.ExportTraceServiceResponse:
         return self.export(request, context.invocation_metadata())
 
+    def admit(self, metadata: Sequence[tuple[str, str | bytes]]) -> Caller:
+        """The caller of an Export with `metadata`, before its body is decoded: raises the
+        refusal of a server draining, a missing or unknown key, a key without the write role
+        and a tenant over its quota (a peek, as the gRPC port's early refusal; `hold` decides
+        exactly). OTLP/HTTP calls it before it inflates or parses a body (docs/connect.md,
+        "OTLP traces in")."""
+        if self._draining.is_set():
+            raise UnavailableError("the server is shutting down; retry on another instance")
+        caller = self._d.keys.require(metadata, Role.WRITE)
+        refusal = self._d.quotas.refusal(caller.tenant)
+        if refusal is not None:  # (a new error each time: the peek's is shared by every call)
+            raise ResourceExhaustedError(str(refusal), refusal.retry_after_seconds)
+        return caller
+
     def export(
         self,
         request: trace_service_pb2.ExportTraceServiceRequest,
@@ -152,9 +166,7 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
     ) -> trace_service_pb2.ExportTraceServiceResponse:
         """One Export, from either transport: `metadata` are the call's gRPC metadata or its
         HTTP headers (lower-case names), which carry the caller's key."""
-        if self._draining.is_set():
-            raise UnavailableError("the server is shutting down; retry on another instance")
-        caller = self._d.keys.require(metadata, Role.WRITE)
+        caller = self.admit(metadata)
         resources = request.resource_spans
         groups = len(resources)
         if groups <= self._d.limits.otlp_groups.bound:  # (else refused without a count)

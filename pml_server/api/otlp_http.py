@@ -13,9 +13,7 @@ import json
 import logging
 import math
 import re
-import socket
 import ssl
-import threading
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent import futures
@@ -24,14 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import uvicorn
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from pml_server.api.errors import retry_after_seconds, status_code_for, to_rpc_status
 from pml_server.api.http_body import Gone, read_body
-from pml_server.api.http_deadline import DeadlinedH11
+from pml_server.api.http_deadline import ServedInThread, listener_config, listening_socket
 from pml_server.api.otlp import refuse_past_bounds
 from pml_server.config import bind_error
 from pml_server.domain.errors import (
@@ -56,10 +53,14 @@ _TAKEN = (PROTOBUF, PROTOBUF_REGISTERED, JSON)
 _WORKERS = 4
 _MAX_CONNECTIONS = 64
 
+Metadata = Sequence[tuple[str, str | bytes]]
 Export = Callable[
-    [trace_service_pb2.ExportTraceServiceRequest, Sequence[tuple[str, str | bytes]]],
+    [trace_service_pb2.ExportTraceServiceRequest, Metadata],
     trace_service_pb2.ExportTraceServiceResponse,
 ]
+# Raises the refusal of a request with these headers before its body is inflated or parsed
+# (`TraceIngestServicer.admit`: draining, the key, its role, the tenant's quota).
+Admit = Callable[[Metadata], object]
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -367,6 +368,25 @@ def _sent_or_refusal(headers: Sequence[tuple[bytes, bytes]]) -> Sent | Answer:
         return refusal(err, PROTOBUF)
 
 
+def _metadata(headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[str, str | bytes]]:
+    """The request's headers as the metadata an Export reads its key from."""
+    return [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in headers]
+
+
+def _admitted(admit: Admit, headers: Sequence[tuple[bytes, bytes]]) -> Answer | None:
+    """The refusal of a request by its headers alone (`Admit`), or None: a request without a
+    valid key is answered 401 before anything of its body is inflated or parsed, as the gRPC
+    port refuses it before it decodes a message (docs/connect.md, "OTLP traces in")."""
+    how = _sent_or_refusal(headers)
+    if isinstance(how, Answer):
+        return how
+    try:
+        admit(_metadata(headers))
+    except Exception as err:  # every error is answered; unexpected ones are logged (refusal)
+        return refusal(err, answer_type(how.content_type))
+    return None
+
+
 def answer(
     export: Export,
     headers: Sequence[tuple[bytes, bytes]],
@@ -374,7 +394,7 @@ def answer(
     max_bytes: int,
 ) -> Answer:
     """The whole exchange of one POST to /v1/traces, without the HTTP server."""
-    metadata = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in headers]
+    metadata = _metadata(headers)
     how = _sent_or_refusal(headers)
     if isinstance(how, Answer):
         return how
@@ -393,17 +413,20 @@ def answer(
 
 
 class OtlpHttpApp:
-    """The ASGI application: only `POST /v1/traces`; bodies over `max_bytes` (before or after
-    gzip) are refused 413 without being read whole. Exports run on a small thread pool."""
+    """The ASGI application: only `POST /v1/traces`; a request `admit` refuses is answered
+    before its body is inflated or parsed; bodies over `max_bytes` (before or after gzip) are
+    refused 413 without being read whole. Exports run on a small thread pool."""
 
     def __init__(
         self,
         export: Export,
+        admit: Admit,
         max_bytes: int,
         workers: int = _WORKERS,
         on_answer: Callable[[int], None] | None = None,
     ) -> None:
         self._export = export
+        self._admit = admit
         self._max_bytes = max_bytes
         self._on_answer = on_answer
         self._pool = futures.ThreadPoolExecutor(workers, thread_name_prefix="pml-otlp-http")
@@ -434,14 +457,16 @@ class OtlpHttpApp:
         body = await read_body(receive, self._max_bytes)  # a body over it drained first
         if isinstance(body, Gone):
             return  # the client went away before its body ended: nothing to answer or take
+        refused = _admitted(self._admit, headers)
+        if refused is not None:
+            await self._answer(send, refused)
+            return
         if body is None:
             too_large = ResourceExhaustedError(
                 f"the body is over {self._max_bytes} bytes: export in smaller batches"
             )
-            how = _sent_or_refusal(headers)
-            if not isinstance(how, Answer):
-                how = refusal(too_large, answer_type(how.content_type))
-            await self._answer(send, how)
+            media = answer_type(sent(headers).content_type)  # (`_admitted` read its headers)
+            await self._answer(send, refusal(too_large, media))
             return
         loop = asyncio.get_running_loop()
         result = await loop.run_in_executor(
@@ -474,25 +499,19 @@ class OtlpHttpServer:
     def __init__(
         self,
         export: Export,
+        admit: Admit,
         listen: str,
         max_bytes: int,
         tls: Tls | None,
         on_answer: Callable[[int], None] | None = None,
     ) -> None:
         host, _, port = listen.rpartition(":")
-        host = host.strip("[]")
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, int(port)))
-            sock.listen(128)
-        except (OSError, ValueError) as err:
-            sock.close()
+            sock = listening_socket(host.strip("[]"), int(port))
+        except (OSError, ValueError, OverflowError) as err:
             raise bind_error(listen, err, "the OTLP/HTTP address ") from None
-        self._sock = sock
         self.port: int = sock.getsockname()[1]
-        self._app = OtlpHttpApp(export, max_bytes, on_answer=on_answer)
+        self._app = OtlpHttpApp(export, admit, max_bytes, on_answer=on_answer)
         tls_options: dict[str, Any] = {}
         if tls is not None:
             tls_options = {"ssl_certfile": str(tls.cert), "ssl_keyfile": str(tls.key)}
@@ -501,15 +520,12 @@ class OtlpHttpServer:
                     "ssl_ca_certs": str(tls.client_ca),
                     "ssl_cert_reqs": ssl.CERT_REQUIRED,
                 }
-        config = uvicorn.Config(
+        config = listener_config(
             self._app,
             lifespan="off",
-            http=DeadlinedH11,  # stalled clients hold no connection slot for long
-            log_level="warning",
             access_log=False,
             limit_concurrency=_MAX_CONNECTIONS,
             timeout_graceful_shutdown=30,
-            server_header=False,
             **tls_options,
         )
         try:
@@ -518,22 +534,13 @@ class OtlpHttpServer:
             sock.close()
             self._app.close()
             raise OSError(f"OTLP/HTTP on {listen}: {err}") from None
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run,
-            kwargs={"sockets": [sock]},
-            name="pml-otlp-http",
-            daemon=True,
-        )
+        self._served = ServedInThread(config, sock, "pml-otlp-http")
 
     def start(self) -> None:
-        self._thread.start()
+        self._served.start()
 
     def stop(self) -> None:
-        self._server.should_exit = True
-        if self._thread.is_alive():
-            self._thread.join(60)
-        self._sock.close()
+        self._served.stop()
         self._app.close()
 
 

@@ -356,6 +356,7 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
         try:
             otlp_http = OtlpHttpServer(
                 otlp.export,
+                otlp.admit,
                 config.otlp_http_listen,
                 config.max_message_bytes,
                 _tls(config),

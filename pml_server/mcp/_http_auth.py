@@ -2,7 +2,7 @@
 HTTP front), in this order:
 
 1. Host and Origin (DNS rebinding protection): a foreign one is refused (421, 403) before
-   anything else, a key included, is looked at.
+   anything else, a key included, is looked at, and not logged (`BearerCheck.__init__`).
 2. `GET` on the endpoint: 405. The server is stateless and sends nothing unasked, so an event
    stream would only hold a connection open forever.
 3. The bearer key: a missing or unknown one (or one that is not printable ASCII or is longer
@@ -22,6 +22,7 @@ HTTP front), in this order:
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -138,6 +139,11 @@ class BearerCheck:
         self._app = app
         self._upstream = upstream
         self._security = TransportSecurityMiddleware(security)
+        # The SDK's check logs each foreign Host or Origin whole, at WARNING, for any client
+        # before its key is looked at: a 60 KB Host was 2,300 lines of stderr, which the SDK's
+        # log handler wrapped in the event loop for 43 s while no one was answered (docs/mcp.md,
+        # HTTP front). The 421 or 403 tells the client; the log keeps its errors only.
+        logging.getLogger(TransportSecurityMiddleware.__module__).setLevel(logging.ERROR)
         self._path = path
         self._valid_until: dict[str | None, float] = {}
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from typing import Any
 
@@ -28,7 +27,7 @@ from mcp_types import (
 from pydantic import ValidationError
 
 from pml_server import __version__
-from pml_server.api.http_deadline import DeadlinedH11
+from pml_server.api.http_deadline import listener_config, listening_socket
 from pml_server.config import bind_error, is_loopback_host
 from pml_server.domain.limits import LIMITS
 from pml_server.mcp import _resources as resources
@@ -270,18 +269,13 @@ def run_http(
 ) -> None:
     """Serve Streamable HTTP on host:port (0: any free port; the bound address is printed).
     Stateless: each request stands alone, so its bearer key decides its tenant."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as err:
-        sock.close()
-        shown = f"[{host}]" if ":" in host else host
-        raise bind_error(f"{shown}:{port}", err) from None
     # Listening before the address is printed: a client that connects while uvicorn is still
     # starting waits in the backlog instead of being refused.
-    sock.listen(128)
+    try:
+        sock = listening_socket(host, port)
+    except OSError as err:
+        shown = f"[{host}]" if ":" in host else host
+        raise bind_error(f"{shown}:{port}", err) from None
     bound = sock.getsockname()[1]
     security = security_settings(host, bound, allowed_hosts or [], allowed_origins or [])
     app = build_server(upstream).streamable_http_app(
@@ -293,12 +287,8 @@ def run_http(
     )
     shown = f"[{host}]" if ":" in host else host
     print(f"pml mcp listening on http://{shown}:{bound}{path}", file=sys.stderr, flush=True)
-    config = uvicorn.Config(
-        BearerCheck(app, upstream, security, path),
-        log_level="warning",
-        lifespan="on",
-        http=DeadlinedH11,  # stalled clients hold no descriptor for long
-    )
+    # Stalled clients hold no descriptor for long, and at most `MAX_OPEN_CONNECTIONS` at once.
+    config = listener_config(BearerCheck(app, upstream, security, path), lifespan="on")
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:

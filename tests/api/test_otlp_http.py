@@ -9,9 +9,12 @@ import asyncio
 import gzip
 import http.client
 import json
+import re
+import resource
 import shutil
 import socket
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 import zlib
@@ -39,12 +42,13 @@ from pml_server.api.otlp_http import (
     from_json,
 )
 from pml_server.api.server import RunningServer
-from pml_server.client import PmlClient
+from pml_server.client import PmlClient, make_record
 from pml_server.domain.limits import LIMITS
 from testing.otlp_spans import recorded
+from tests.api.test_operations import pki  # noqa: F401  (the throwaway CA fixture)
 from tests.api.test_otlp_ingest import exporting_to
 from tests.conftest import StartServer
-from tests.support import eventually, npm_ci
+from tests.support import eventually, npm_ci, spawn_pml_serve, stop_pml_serve
 
 JS = Path(__file__).resolve().parents[1] / "otel" / "js"
 
@@ -528,6 +532,67 @@ def test_connections_that_never_finish_a_request_are_closed(
             sock.close()
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("tls", [False, True])
+def test_connections_held_open_never_take_the_servers_descriptors(
+    tmp_path: Path,
+    pki: Path,  # noqa: F811
+    tls: bool,
+) -> None:
+    """docs/operations.md, Metrics and alerts: each HTTP listener keeps at most
+    `http_deadline.MAX_OPEN_CONNECTIONS` connections open. 1,100 connections that sent half a
+    request line to the OTLP/HTTP port, or to /metrics, or with TLS no handshake, no key
+    needed, held every descriptor of a `pml serve` with a soft limit of 1024: its gRPC port
+    accepted no one (RecordExecution DEADLINE_EXCEEDED), and asyncio logged "socket.accept()
+    out of system resource" some 13,000 times a second."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 4096:
+        pytest.skip("this test holds 1,100 sockets open: the hard descriptor limit is lower")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (4096, hard))  # (this process's own sockets)
+    log = tmp_path / "serve.log"
+    flags = ["--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "d"), "--embedder"]
+    flags += ["hashing", "--otlp-http-listen", "127.0.0.1:0", "--metrics-port", "0"]
+    if tls:
+        flags += ["--tls-cert", str(pki / "server.pem"), "--tls-key", str(pki / "server.key")]
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "pml"), "serve", *flags],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard)),
+        )
+    try:
+        assert proc.stdout is not None
+        grpc_port = re.search(r"\(port (\d+)\)", proc.stdout.readline())[1]  # type: ignore[index]
+        otlp_port = re.search(r":(\d+)/v1/traces", proc.stdout.readline())[1]  # type: ignore[index]
+        metrics_port = json.loads(log.read_text().splitlines()[0])["metrics_port"]
+        # With TLS a stalled client sends nothing: its handshake never ends.
+        half_a_request = b"" if tls else b"GET /metrics HTTP/1.1\r\n"
+        for i, port in enumerate((int(otlp_port), metrics_port)):
+            stalled: list[socket.socket] = []
+            try:
+                for _ in range(1100):
+                    try:
+                        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+                        sock.sendall(half_a_request)
+                    except OSError:  # the backlog is full: the server is not accepting
+                        break
+                    stalled.append(sock)
+                ca = pki / "ca.pem" if tls else None
+                target = f"127.0.0.1:{grpc_port}"
+                with PmlClient(target, timeout=10, retries=0, root_certificates=ca) as client:
+                    code = f"await mcp.tool{i}({{}})"
+                    record = make_record(f"call tool {i}", code, tools=[f"tool{i}"])
+                    assert client.record(record).new_pattern, port
+            finally:
+                for sock in stalled:
+                    sock.close()
+    finally:
+        stop_pml_serve(proc)
+    assert "out of system resource" not in log.read_text()
+
+
 def test_keys_apply_as_on_grpc(start: StartServer, keys: tuple[Path, dict[str, str]]) -> None:
     path, found = keys
     server = start(otlp_http_listen="127.0.0.1:0", keys_file=path)
@@ -542,6 +607,84 @@ def test_keys_apply_as_on_grpc(start: StartServer, keys: tuple[Path, dict[str, s
     status, _, answer = _post(server, body, write)
     assert status == 200
     ExportTraceServiceResponse().ParseFromString(answer)
+
+
+def test_a_body_without_a_valid_key_is_refused_before_it_is_read(
+    start: StartServer, keys: tuple[Path, dict[str, str]]
+) -> None:
+    """docs/connect.md, "OTLP traces in": the key is checked before the body is inflated or
+    parsed, as the gRPC port checks it before it decodes a message. The body was decoded
+    first: a client with no key got a 400 naming what did not parse, or 413 for a gzip bomb,
+    and a 4 MB OTLP/JSON body cost about 0.7 s of CPU before its 401, at any rate it liked."""
+    path, found = keys
+    server = start(otlp_http_listen="127.0.0.1:0", keys_file=path, max_message_bytes=64 * 1024)
+    protobuf = {"Content-Type": "application/x-protobuf"}
+    bomb = gzip.compress(b"\x00" * (10 * 1024 * 1024))
+    bodies = [
+        (b"\xff\xff not protobuf", protobuf),
+        (b'{"resourceSpans": [{"scopeSpans": "not JSON', {"Content-Type": JSON}),
+        (b"\x0a" * (65 * 1024), protobuf),  # over the limit
+        (bomb, {**protobuf, "Content-Encoding": "gzip"}),
+    ]
+    for body, headers in bodies:
+        for key, expected in ((None, 401), ("not-a-key", 401), (found["acme-read"], 403)):
+            sent = {**headers, **({"Authorization": f"Bearer {key}"} if key else {})}
+            status, _, answer = _post(server, body, sent)
+            assert status == expected, (body[:40], key, status, answer[:200])
+    write = {**protobuf, "Authorization": f"Bearer {found['acme-write']}"}
+    assert _post(server, b"\xff\xff not protobuf", write)[0] == 400  # read once admitted
+
+
+def test_a_tenant_over_its_quota_is_answered_429_before_its_body_is_read(
+    start: StartServer,
+) -> None:
+    """docs/connect.md, "OTLP traces in": the tenant's quota is peeked at from the headers, as
+    the gRPC port's early refusal does, before the body is parsed (a body that does not
+    parse was answered 400 over quota)."""
+    server = start(otlp_http_listen="127.0.0.1:0", tenant_rate=0.01, tenant_burst=1)
+    headers = {"Content-Type": "application/x-protobuf"}
+    assert _post(server, ExportTraceServiceRequest().SerializeToString(), headers)[0] == 200
+    status, answer_headers, answer = _post(server, b"\xff\xff not protobuf", headers)
+    assert status == 429, answer[:200]
+    assert int(answer_headers["retry-after"]) >= 1
+
+
+def _exchange(port: int, request: bytes) -> bytes:
+    """`request` sent as raw bytes; the head of the answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        answer = b""
+        while b"\r\n\r\n" not in answer and (chunk := sock.recv(65536)):
+            answer += chunk
+        return answer
+
+
+def test_requests_http_refuses_leave_the_log_json_and_quiet(tmp_path: Path) -> None:
+    """docs/operations.md, "Metrics and alerts": logs are one JSON object a line. uvicorn
+    wrote its own lines into `pml serve`'s log (`WARNING:  Invalid HTTP request received.`,
+    and two for an `Upgrade` header, one of them advice to pip install uvicorn[standard]), one
+    for each such request of any client, no key needed: a flood of them a flood of log."""
+    proc, _ = spawn_pml_serve(
+        *("--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "d")),
+        *("--embedder", "hashing", "--otlp-http-listen", "127.0.0.1:0"),
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        port = int(re.search(r"OTLP/HTTP traces on http://127.0.0.1:(\d+)/", line)[1])  # type: ignore[index]
+        head = b"POST /v1/traces HTTP/1.1\r\nHost: x\r\n"
+        for request in (
+            head + b"Bad Header Line\r\n\r\n",
+            head + b"Content-Length: -1\r\n\r\n",
+            head + b"Upgrade: h2c\r\nConnection: upgrade\r\nContent-Length: 0\r\n\r\n",
+        ):
+            assert _exchange(port, request).startswith(b"HTTP/1.1 4"), request
+    finally:
+        stderr = stop_pml_serve(proc)
+    assert proc.returncode == 0, stderr[-3000:]
+    messages = [json.loads(line)["msg"] for line in stderr.splitlines()]  # each line JSON
+    assert messages[0] == "pml serving", messages
+    assert not [m for m in messages if "HTTP" in m or "upgrade" in m.lower()], messages
 
 
 def test_draining_answers_503_with_retry_after(server: RunningServer) -> None:
@@ -602,7 +745,11 @@ def test_a_body_cut_by_a_disconnect_is_never_exported() -> None:
     exported, and nothing is answered."""
     exported: list[object] = []
     sent: list[dict[str, object]] = []
-    app = OtlpHttpApp(lambda request, metadata: exported.append(request), 1 << 20)  # type: ignore[arg-type,func-returns-value]
+    app = OtlpHttpApp(
+        lambda request, metadata: exported.append(request),  # type: ignore[arg-type,func-returns-value]
+        lambda metadata: None,
+        1 << 20,
+    )
     messages = iter(
         [
             {"type": "http.request", "body": b"\x0a\x02", "more_body": True},

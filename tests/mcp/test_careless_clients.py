@@ -633,3 +633,31 @@ def test_pml_mcp_takes_the_servers_max_tool_calls(server: RunningServer) -> None
     """`pml mcp --max-tool-calls`, set as the server's `--max-tool-calls` (256 by default)."""
     target = f"127.0.0.1:{server.port}"
     _run(_stdio(target, "--max-tool-calls", "2"), _three_tool_calls_over_a_limit_of_two)
+
+
+def test_refused_hosts_origins_and_requests_write_nothing_to_the_log(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    """docs/mcp.md, HTTP front: a foreign Host or Origin is refused (421, 403) and not logged.
+    The SDK logged each whole, before any key was looked at: a 60 KB Host was some 2,300
+    lines of `pml mcp`'s stderr, wrapped by its log handler in the event loop for 43 s, during
+    which `pml mcp` answered no one; a token in an Origin or Host was written out as sent; and
+    uvicorn logged a line of its own for each request it could not read."""
+    log = tmp_path / "mcp.log"
+    token = "sk-live-0123456789abcdefghijklmnopqrstuv"
+    with _http_mcp_logged(server, log) as url, httpx2.Client(timeout=30) as http:
+        for headers, status in (
+            ({"Host": f"{token}.evil.example"}, 421),
+            ({"Host": "h" * 20_000 + ".evil.example"}, 421),
+            ({"Origin": f"http://{token}.evil.example"}, 403),
+        ):
+            answer = http.post(url, json=INITIALIZE, headers={**JSON_HEADERS, **headers})
+            assert answer.status_code == status, answer.text[:300]
+        where = urlparse(url)
+        with socket.create_connection((where.hostname, where.port), timeout=30) as sock:
+            sock.sendall(f"POST {where.path} HTTP/1.1\r\nHost: x\r\nBad Line\r\n\r\n".encode())
+            assert sock.recv(100).startswith(b"HTTP/1.1 400 "), "no 400 for a bad request"
+        ok = http.post(url, json=INITIALIZE, headers=JSON_HEADERS)
+        assert ok.status_code == 200, ok.text[:300]
+    lines = log.read_text().splitlines()
+    assert [line for line in lines if "listening on" not in line] == [], lines[:20]
