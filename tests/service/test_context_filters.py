@@ -351,7 +351,8 @@ def test_an_answer_empty_under_filters_says_what_they_removed() -> None:
             replace(asked, tags=("prod",)),
         ):
             result = engine.suggest("t", query)
-            assert result.suggestions == () and result.plans == ()
+            assert result.suggestions == ()
+            assert result.plans == ()
             assert result.removed_by_filters == 1
             expected = ("gmail_send",) if query.available_tools == ("read_file",) else ()
             if query.available_tools == ():
