@@ -22,8 +22,8 @@ from pml_server.storage.keys import CF_REQUESTS, tenant_key
 from tests.support import make_record, open_engine
 
 T = "t"
-# An encryption key given by name: redacted today, kept by the builds of 2026-12-04 and
-# before (the dev set's 23 such records were refused after an upgrade).
+# An encryption key given by name: redacted today, kept by the builds up to 2026-12-06 (the
+# dev set's 23 such records were refused after an upgrade).
 CODE = 'await mcp.encrypt_data({data: "Very important data", encryption_key: "ABC123"})'
 
 
