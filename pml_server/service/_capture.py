@@ -138,13 +138,12 @@ def _record_checked(
         if isinstance(prepared, Exception):
             raise prepared
         if prior is not None:  # rule 6: the first answer, counted once (the same execution)
-            digest = record_digest(prepared[0])
-            return replay_answer(state, tenant, prior, execution.request_id, digest)
+            return replay_answer(state, tenant, prior, execution, prepared[0])
         # rule 1: a failed run is a failed try whatever the client sent (no vector)
         vector = supplied if succeeded else None
         if vector is None and succeeded:
             vector = state.embed_one(execution.intent)
-        result, ticket = _capture_one_locked(state, tenant, *prepared, vector)
+        result, ticket = _capture_one_locked(state, tenant, execution, *prepared, vector)
         await_durable(ticket)
     return result
 
@@ -260,7 +259,9 @@ def _capture_batch_locked(
                     outcomes[i] = prepared
                     continue
                 try:
-                    outcomes[i], ticket = _capture_one_locked(state, tenant, *prepared, vectors[i])
+                    outcomes[i], ticket = _capture_one_locked(
+                        state, tenant, execution, *prepared, vectors[i]
+                    )
                 except Exception as error:  # refuses this record alone, as `record` would
                     outcomes[i] = error
                     continue
@@ -331,7 +332,7 @@ def _replayed(
     if isinstance(prepared, Exception):
         return prepared
     try:
-        return replay_answer(state, tenant, prior, execution.request_id, record_digest(prepared[0]))
+        return replay_answer(state, tenant, prior, execution, prepared[0])
     except AlreadyExistsError as error:
         return error
 
@@ -366,12 +367,13 @@ def _prepare(
 def _capture_one_locked(
     state: EngineState,
     tenant: str,
+    sent: ExecutionRecord,
     execution: ExecutionRecord,
     normalized: NormalizedCode,
     vector: Vector | None,
 ) -> tuple[CaptureResult, WriteTicket]:
     """`record` after validation, embedding and the replay check, its request id locked;
-    `execution` already redacted and its code normalized (`_prepare`)."""
+    `execution` is `sent` redacted and its code normalized (`_prepare`)."""
     with contextlib.ExitStack() as held:
         held.enter_context(state.locks.pattern.lock_for(tenant, normalized.code_hash))
         change = Change()
@@ -390,7 +392,7 @@ def _capture_one_locked(
         try:
             return result, commit(state, tenant, change)
         except RequestAlreadyAppliedError as applied:  # before, or by another replica meanwhile
-            replayed = replay_answer(state, tenant, applied.result, execution.request_id, digest)
+            replayed = replay_answer(state, tenant, applied.result, sent, execution)
             return replayed, finished_ticket()
 
 

@@ -6,7 +6,8 @@ The answer keeps a digest of the execution it answered (docs/capture.md, Idempot
 request id sent again with another execution is refused (ALREADY_EXISTS), never answered
 `replayed` while its record is dropped. The digest is taken over the record as stored
 (redacted), so it holds nothing derived from a secret. An answer stored before digests were
-kept has none and replays as before."""
+kept has none and replays as before; one an older build stored over a record its redaction
+left whole is replayed to that record as sent (`same_execution`)."""
 
 from __future__ import annotations
 
@@ -62,16 +63,28 @@ def decode_result(raw: bytes) -> CaptureResult:
     )
 
 
+def same_execution(stored_digest: str | None, sent: ExecutionRecord, kept: ExecutionRecord) -> bool:
+    """Whether a stored answer's digest is of the execution `sent` (`kept`: it as this build
+    stores it, redacted). An answer stored before digests were kept has none: it is. An older
+    build whose redaction missed a secret that today's catches (docs/capture.md, Secrets)
+    digested the record with that secret in it, so the record as sent is its match when
+    today's redaction is the only change: the same execution sent again after an upgrade is
+    replayed, not refused (docs/capture.md, Idempotency). Only compared, never stored: no
+    digest this build writes derives from a secret."""
+    if stored_digest is None or stored_digest == record_digest(kept):
+        return True
+    return stored_digest == record_digest(sent)
+
+
 def replay_answer(
-    state: EngineState, tenant: str, raw: bytes, request_id: str, digest: str
+    state: EngineState, tenant: str, raw: bytes, sent: ExecutionRecord, kept: ExecutionRecord
 ) -> CaptureResult:
-    """The stored first answer of a resent request id, told honestly: when its pattern has
-    since been deleted, the answer names no pattern (nor capability) instead of a gone one.
-    Raises AlreadyExistsError when the id was applied to another execution (`digest` differs
-    from the stored one)."""
-    stored = json_form.loads(raw).get("digest")
-    if stored is not None and stored != digest:
-        raise reused_id_error(request_id)
+    """The stored first answer of a resent request id (`sent`, stored as `kept`), told
+    honestly: when its pattern has since been deleted, the answer names no pattern (nor
+    capability) instead of a gone one. Raises AlreadyExistsError when the id was applied to
+    another execution (`same_execution`)."""
+    if not same_execution(json_form.loads(raw).get("digest"), sent, kept):
+        raise reused_id_error(sent.request_id)
     return _told(state, tenant, raw)
 
 

@@ -2,7 +2,9 @@
 Migrations), each pattern rewritten under its lock, then a meta row marking the store done (a
 close or failure before the end writes no marker; the next open resumes, and every rewrite is
 idempotent). Two passes over what its normalizer left, each rewrite audited:
-- `rekey_tool_names`, before the server is ready: an older build read the tool named in an
+- `rekey_tool_names`, before the server is ready: the builds of normalizer version 1 keyed
+  every pattern by a hash today's normalizer never gives (docs/normalization.md, Versioning
+  and vectors); an older build read the tool named in an
   argument (`session.call_tool("get_weather", ...)`, `client.callTool({name: ...})`) as a
   parameter, so such code hashed alike for two tools (docs/normalization.md, Tool calls), and
   an f-string without a field (`f"a.json"`) and a password given to a command's short flag
@@ -57,23 +59,15 @@ from pml_server.storage.repo import tools_digest
 from pml_server.storage.seam import Op
 
 _PAGE = 1_000
-# Every code a rule since reads differently holds one of these (lower case), other patterns are
-# not normalized again: the tool-name rule's (a tool caller ends in `tool`; a dispatch through
-# `mcp` or `tools` is `call`, `callTool`, `call_tool` or `invoke`), an f-string without a
-# field (docs/normalization.md, Parameters) and a command's password flag (Secrets:
-# `mysql -pSECRET`, `sshpass -p`, `docker login -p`, `mongosh -p`, `redis-cli -a`).
-_REKEY_MARKERS = (
-    *("tool", "call", "invoke", "f'", 'f"', "${"),
-    *("mysql", "mariadb", "sshpass", "mongo", "redis", "login"),
-)
 # What stands for a redacted credential in a stored code, quoted or inside a string or a
 # template: a stored code without it is the code as run.
 _REDACTED = REDACTED.strip('"')
 
 
 def rekey_tool_names(state: EngineState, stop: threading.Event) -> int:
-    """Move every pattern whose code names its tools in an argument to today's hash; returns
-    how many moved."""
+    """Move every pattern whose stored code today's normalizer hashes otherwise (an older
+    normalizer version, or a rule read since: a tool named in an argument...) to today's
+    hash; returns how many moved."""
     if state.repo.meta.tool_names_read():
         return 0
     read = moved = 0
@@ -247,9 +241,9 @@ def _normalized_again(state: EngineState, found: PatternRecord) -> NormalizedCod
 def _rekey_one(
     state: EngineState, tenant: str, found: PatternRecord, failures: _FailureKeys
 ) -> int:
-    code = found.original_code.lower()
-    if not any(marker in code for marker in _REKEY_MARKERS):
-        return 0
+    # Every pattern is normalized again, whatever its code holds: the builds of normalizer
+    # version 1 (before 2026-12-01) keyed every code by a hash today's never gives
+    # (docs/normalization.md, Versioning and vectors), not only the code of a rule read since.
     normalized = _normalized_again(state, found)
     if normalized is None or normalized.code_hash == found.code_hash:
         return 0

@@ -100,6 +100,8 @@ class Engine:
         if stale_sessions := state.repo.sessions.rows_keyed_by_id():
             store.write(stale_sessions)  # docs/ranking.md, Sessions
         self._state = state
+        # The served store's, a PostgreSQL database's included (GetServerInfo)
+        self.schema_version = store.schema_version
         self._jobs = BackgroundJobs(state)
         # What operators, the server's signals and metrics, tests and benches call beyond the
         # API's `EngineProtocol` (service/_admin.py).

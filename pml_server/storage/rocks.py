@@ -197,8 +197,9 @@ class Store:
         self._erasing = threading.Lock()
         self._read_cache = _ReadCache(READ_CACHE_BYTES)
         self._fills: list[_Fill] = []  # get_many calls reading RocksDB outside the lock now
+        self.schema_version = SCHEMA_VERSION
         try:
-            self.schema_version = _stored_schema(self._db, self._cf[CF_META], path)
+            found = _stored_schema(self._db, self._cf[CF_META], path)
         except SchemaVersionError:
             self._close_families()
             raise
@@ -209,6 +210,7 @@ class Store:
         self._writer = GroupCommitWriter(
             self._db, handles, self._lock, self._drop_cached, sync=durability == "sync"
         )
+        self._schema = _SchemaMark(self._cf[CF_META], found, self._writer)
 
     @property
     def location(self) -> str:
@@ -412,6 +414,7 @@ class Store:
     def submit(self, ops: Sequence[Op]) -> WriteTicket:
         """Queue `ops` as one atomic batch. Reads see them at once; `wait()` the ticket before
         acknowledging anything to a client."""
+        self._schema.before_write()
         if any(cf == CF_REQUEST_REWRITE for cf, _, _ in ops):
             requests = self._family(CF_REQUESTS)
             decide = functools.partial(_unchanged_rewrites, self._writer, requests, ops)
@@ -419,6 +422,7 @@ class Store:
         return self._writer.submit(ops)
 
     def write(self, ops: Sequence[Op]) -> None:
+        self._schema.before_write()
         if any(cf == CF_REQUEST_REWRITE for cf, _, _ in ops):
             self.submit(ops).wait()
         else:
@@ -427,7 +431,7 @@ class Store:
     def delete_unchanged(self, cf: str, rows: Sequence[tuple[bytes, bytes]]) -> int:
         """See `seam.BatchWrites.delete_unchanged`: compared and queued under the store's lock,
         which every write is queued under."""
-
+        self._schema.before_write()
         family = self._family(cf)
 
         def decide() -> list[Op]:
@@ -500,9 +504,27 @@ def _values_now(
     return now
 
 
+class _SchemaMark:
+    """The store's schema version, raised to this build's just before the first write the
+    build makes, not at open: a build that refuses the store once open (another embedding
+    model) leaves it to the older build that wrote it (docs/storage.md, Migrations). Put ahead
+    of that write in the WAL, so no crash keeps the write without it."""
+
+    def __init__(self, meta: Rdict, found: int, writer: GroupCommitWriter) -> None:
+        self._meta = meta
+        self._found = found
+        self._writer = writer
+
+    def before_write(self) -> None:
+        if self._found < SCHEMA_VERSION:
+            self._writer.check_open()
+            self._meta.put(_META_SCHEMA_KEY, struct.pack(">I", SCHEMA_VERSION))
+            self._found = SCHEMA_VERSION
+
+
 def _stored_schema(db: Rdict, meta: Rdict, path: Path) -> int:
-    """The store's schema version, written on first use and raised to this build's at open
-    (before anything it writes); SchemaVersionError when a newer pml wrote it."""
+    """The store's schema version as found (0: none yet); SchemaVersionError when a newer
+    pml wrote it."""
     raw = meta.get(_META_SCHEMA_KEY)
     if raw is None:
         raw = db.get(_META_SCHEMA_KEY)  # stores created before column families existed
@@ -513,9 +535,7 @@ def _stored_schema(db: Rdict, meta: Rdict, path: Path) -> int:
             f"{SCHEMA_VERSION}: upgrade pml to open it, or restore a backup taken by this "
             "version of pml"
         )
-    if found < SCHEMA_VERSION:
-        meta.put(_META_SCHEMA_KEY, struct.pack(">I", SCHEMA_VERSION))
-    return SCHEMA_VERSION
+    return found
 
 
 def _live_tables(path: Path, families: dict[str, Options]) -> set[str]:

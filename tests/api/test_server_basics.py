@@ -13,6 +13,8 @@ from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
 from pml_server.api.server import RunningServer, start_server
 from pml_server.config import config_of
 from pml_server.storage import SCHEMA_VERSION, SchemaVersionError, Store
+from pml_server.storage.postgres import SCHEMA_VERSION as PG_SCHEMA_VERSION
+from tests.conftest import StartServer
 from tests.support import open_engine
 
 
@@ -31,6 +33,20 @@ def test_server_info(channel: grpc.Channel, server: RunningServer) -> None:
     assert reply.schema_version == SCHEMA_VERSION
     assert reply.embedding_dimension == server.engine.embedding_dim()
     assert (reply.tenant, reply.role) == ("default", "admin")
+
+
+@pytest.mark.postgres
+def test_server_info_names_the_schema_version_of_a_postgresql_store(
+    start: StartServer, postgres_dsn: str
+) -> None:
+    """The schema version of the store served: a database's (docs/storage.md, Migrations),
+    not the embedded store's, which GetServerInfo answered whatever the store."""
+    server = start(store=postgres_dsn)
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+        reply = pml_pb2_grpc.PmlServiceStub(ch).GetServerInfo(
+            pml_pb2.GetServerInfoRequest(), timeout=5
+        )
+    assert reply.schema_version == PG_SCHEMA_VERSION != SCHEMA_VERSION
 
 
 def test_graceful_stop_reports_not_serving(server: RunningServer) -> None:

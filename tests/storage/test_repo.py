@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pml_server.domain.errors import FailedPreconditionError
 from pml_server.domain.model import RetentionRow
 from pml_server.domain.records import CapabilityRecord, ParamSpec, PatternCounters, PatternRecord
 from pml_server.storage import SCHEMA_VERSION, SchemaVersionError, Store
@@ -30,6 +31,7 @@ from pml_server.storage.repo import Repository, tools_digest
 from pml_server.storage.repo._patterns import RETENTION_PAGE
 from pml_server.storage.rocks import StoreClosedError
 from testing.store_rows import all_patterns
+from tests.support import open_engine
 
 
 @given(st.text(min_size=1, max_size=20), st.text(min_size=1, max_size=20), st.text(max_size=10))
@@ -175,18 +177,45 @@ def test_newer_schema_is_refused_with_a_clear_message(tmp_path: Path) -> None:
         Store(tmp_path, "fast")
 
 
-def test_an_older_schema_is_raised_at_open_so_older_builds_refuse_the_store(
+def test_an_older_schema_is_raised_before_the_first_write_so_older_builds_refuse_the_store(
     tmp_path: Path,
 ) -> None:
-    """A store an older build wrote (schema 1) is marked with this build's version when this
-    build opens it, before anything it writes: an older build then refuses it at open ("upgrade
-    pml") instead of failing on the rows it cannot read (docs/storage.md, Migrations)."""
+    """A store an older build wrote (schema 1) is marked with this build's version before
+    anything this build writes: an older build then refuses it at open ("upgrade pml")
+    instead of failing on the rows it cannot read (docs/storage.md, Migrations)."""
+    older = struct.pack(">I", 1)
     store = Store(tmp_path, "fast")
-    store.write([(CF_META, b"meta/schema_version", struct.pack(">I", 1))])
+    store.write([(CF_META, b"meta/schema_version", older)])
     store.close()
+    for write in (
+        lambda s: s.write([(CF_PATTERNS, b"k", b"v")]),
+        lambda s: s.submit([(CF_PATTERNS, b"k", b"v")]).wait(),
+        lambda s: s.delete_unchanged(CF_PATTERNS, [(b"k", b"v")]),
+    ):
+        store = Store(tmp_path, "fast")
+        assert store.schema_version == SCHEMA_VERSION > 1
+        assert store.get(CF_META, b"meta/schema_version") == older  # opened, nothing written
+        write(store)
+        assert store.get(CF_META, b"meta/schema_version") == struct.pack(">I", SCHEMA_VERSION)
+        store.write([(CF_META, b"meta/schema_version", older)])
+        store.close()
+
+
+def test_a_build_that_refuses_an_older_builds_store_leaves_its_schema_version(
+    tmp_path: Path,
+) -> None:
+    """Serving an older build's store with another embedding model is refused at start
+    (FailedPreconditionError, exit 2): the store stays at its version, so the older build
+    still opens it; the raise came at open, and a mistaken flag locked the user out of the
+    build that wrote the store (docs/storage.md, Migrations)."""
+    older = struct.pack(">I", 1)
     store = Store(tmp_path, "fast")
-    assert store.schema_version == SCHEMA_VERSION > 1
-    assert store.get(CF_META, b"meta/schema_version") == struct.pack(">I", SCHEMA_VERSION)
+    store.write([(CF_META, b"meta/schema_version", older), (CF_META, b"model_id", b"older")])
+    store.close()
+    with pytest.raises(FailedPreconditionError, match="embedding model 'older'"):
+        open_engine(tmp_path)
+    store = Store(tmp_path, "fast")
+    assert store.get(CF_META, b"meta/schema_version") == older
     store.close()
 
 

@@ -17,8 +17,9 @@ _SNAPSHOT_KEY = b"snapshot/"
 # only) runs it once more, for what today's redaction adds (docs/storage.md, Migrations).
 _PLACEHOLDERS_KEY = b"placeholders_renamed/19"
 # Versioned too: a store marked by an earlier version of the re-key (`tool_names_read`: tool
-# names only) runs it once more, for the literals read since (docs/storage.md, Migrations).
-_TOOL_NAMES_KEY = b"tool_names_read/3"
+# names only; /2 and /3: the code holding the words of the rules read since) runs it once more,
+# over every pattern (docs/storage.md, Migrations).
+_TOOL_NAMES_KEY = b"tool_names_read/4"
 # Every pattern's counters hold its shown intents' summary (domain/shown_intents.py).
 _INTENTS_SUMMARIZED_KEY = b"intents_summarized/1"
 # Every pattern's stored steps are read under the steps rules the key ends with
