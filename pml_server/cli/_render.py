@@ -453,6 +453,12 @@ def pattern_detail(console: Console, p: resources_pb2.Pattern) -> None:
         table.add_row(f"param {param.name}", ", ".join(param.recent_values_json[:5]))
     for step in p.steps:
         table.add_row(f"step {step.index}", step_text(step))
+    if p.truncated:  # what did not fit the answer (docs/api.md, "Answer sizes")
+        table.add_row(
+            "truncated",
+            "yes: the answer left out what did not fit (intents, recent values, steps; "
+            "docs/api.md, Answer sizes)",
+        )
     console.print(table)
     console.print(p.template, markup=False, highlight=False)
 

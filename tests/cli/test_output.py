@@ -170,6 +170,26 @@ def _client_commands() -> dict[str, argparse.ArgumentParser]:
     return {n: p for n, p in sub.choices.items() if n not in ("serve", "keys", "mcp")}
 
 
+def test_show_says_when_the_answer_left_something_out() -> None:
+    """A pattern GetPattern trimmed to fit 4 MiB (`truncated`: steps, recent values or intents
+    left out) is shown saying so, not as a pattern without them (docs/api.md, Answer sizes)."""
+    import io
+
+    from rich.console import Console
+
+    from pml_server._proto.pml.v1 import resources_pb2
+    from pml_server.cli import _render
+
+    shown = []
+    for truncated in (False, True):
+        out = io.StringIO()
+        pattern = resources_pb2.Pattern(name="patterns/pat_1", truncated=truncated)
+        _render.pattern_detail(Console(file=out, width=100), pattern)
+        shown.append(out.getvalue())
+    assert "truncated" not in shown[0]
+    assert re.search(r"truncated\W+yes: the answer left out what did not fit", shown[1])
+
+
 def test_every_client_command_has_json() -> None:
     for name, parser in _client_commands().items():
         assert any("--json" in a.option_strings for a in parser._actions), name
