@@ -51,19 +51,21 @@ def _plant_version_1(engine: Engine, pattern_id: str) -> str:
     return pattern.code_hash
 
 
+@pytest.fixture(params=["rocksdb", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def overrides(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The engine's settings for each store: the embedded one, or a real PostgreSQL."""
+    if request.param == "postgresql":
+        return {"store": request.getfixturevalue("postgres_dsn")}
+    return {}
+
+
 def _open(tmp_path: Path, overrides: dict[str, Any]) -> Engine:
     return open_engine(tmp_path / "e", **overrides)
 
 
-@pytest.mark.parametrize(
-    "store", ["rocksdb", pytest.param("postgresql", marks=pytest.mark.postgres)]
-)
 def test_a_version_1_store_moves_every_pattern_to_todays_hash(
-    store: str, tmp_path: Path, request: pytest.FixtureRequest
+    tmp_path: Path, overrides: dict[str, Any]
 ) -> None:
-    overrides: dict[str, Any] = {}
-    if store == "postgresql":
-        overrides["store"] = request.getfixturevalue("postgres_dsn")
     engine = _open(tmp_path, overrides)
     first = engine.record(T, _run("r1"))
     today = _plant_version_1(engine, first.pattern_id)
@@ -84,15 +86,9 @@ def test_a_version_1_store_moves_every_pattern_to_todays_hash(
         engine.close()
 
 
-@pytest.mark.parametrize(
-    "store", ["rocksdb", pytest.param("postgresql", marks=pytest.mark.postgres)]
-)
 def test_a_second_pattern_made_after_an_earlier_upgrade_merges_into_the_first(
-    store: str, tmp_path: Path, request: pytest.FixtureRequest
+    tmp_path: Path, overrides: dict[str, Any]
 ) -> None:
-    overrides: dict[str, Any] = {}
-    if store == "postgresql":
-        overrides["store"] = request.getfixturevalue("postgres_dsn")
     engine = _open(tmp_path, overrides)
     first = engine.record(T, _run("r1"))
     today = _plant_version_1(engine, first.pattern_id)
