@@ -277,7 +277,7 @@ def _redact_failures(state: EngineState, page: list[tuple[bytes, bytes]]) -> int
     for (key, raw, entry), (error, intent) in zip(entries, texts, strict=True):
         if entry.get("erased"):
             continue
-        now = {**entry, "error": error, "intent": intent}
+        now = {**entry, **{k: v for k, v in (("error", error), ("intent", intent)) if k in entry}}
         if "tool" in entry:
             now["tool"] = redacted_name(str(entry["tool"]))
         if now != entry:

@@ -6,6 +6,7 @@ PostgreSQL store."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from pml_server.domain import json_form
 from pml_server.domain.model import PageRequest, SuggestQuery
 from pml_server.domain.records import FailureSignature, decode_intent
 from pml_server.service import Engine
+from pml_server.service._free_text import redact_free_texts
 from pml_server.storage.keys import CF_FAILURES, CF_INTENTS, CF_META, CF_REQUESTS
 from pml_server.storage.repo._meta import _FREE_TEXT_KEY
 from tests.service.test_placeholder_names import _stored_rows_holding
@@ -61,9 +63,7 @@ def _capture_and_plant(engine: Engine) -> str:
     assert counters is not None
     signature = FailureSignature(error_signature("login", OLD_ERROR), "login", OLD_ERROR, 1, 1)
     ops.append(
-        repo.patterns.put_counters(
-            T, pattern_id, replace(counters, failure_signatures=[signature])
-        )
+        repo.patterns.put_counters(T, pattern_id, replace(counters, failure_signatures=[signature]))
     )
     for key, raw in store.scan(CF_REQUESTS, b""):
         answer = json_form.loads(raw)
@@ -113,7 +113,8 @@ def test_an_older_builds_free_texts_are_redacted_once_at_open(
         assert signature.error == REDACTED_ERROR
         assert signature.signature == error_signature("login", REDACTED_ERROR)
         replayed = engine.record(
-            T, make_record("r2", "export the quarterly invoices as csv", ["login"], failed={"login"})
+            T,
+            make_record("r2", "export the quarterly invoices as csv", ["login"], failed={"login"}),
         )
         assert replayed.replayed
         assert [f.error for f in replayed.tool_failures] == [REDACTED_ERROR]
@@ -158,5 +159,43 @@ def test_an_older_builds_free_text_secret_leaves_the_embedded_stores_files(
         assert engine.admin.wait_free_text_redacted(60) == 3
         assert files_holding(tmp_path / "e", SECRET) == []
         assert files_holding(tmp_path / "e", OTHER) == []
+    finally:
+        engine.close()
+
+
+def test_a_stopped_pass_writes_no_marker_and_texts_redacting_alike_merge_into_a_kept_one(
+    tmp_path: Path,
+) -> None:
+    """A pass stopped before its end (a close) writes nothing more and no marker; the next
+    run redacts everything, and a text redacted already redacts to itself (a run again
+    rewrites nothing). Changed intents whose text an unchanged intent holds already merge
+    into it: its id stays, the hits are summed."""
+    engine = open_engine(tmp_path / "e")
+    try:
+        assert engine.admin.wait_free_text_redacted(60) == 0
+        pattern_id = _capture_and_plant(engine)
+        state = engine._state
+        repo = state.repo
+        *_, kept = repo.intents.of_pattern(T, pattern_id)
+        state.store.write([repo.intents.put_intent(T, replace(kept, text=REDACTED_INTENT))])
+
+        stopped = threading.Event()
+        stopped.set()
+        assert redact_free_texts(state, stopped) == 0
+        assert not repo.meta.free_text_redacted(REDACTION_RULES)
+        assert _stored_rows_holding(engine, SECRET.upper(), None)  # nothing written
+
+        assert redact_free_texts(state, threading.Event()) == 3
+        listed = engine.pattern_intents(T, pattern_id, PageRequest(page_size=10)).items
+        assert [(i.id, i.text, i.hit_count) for i in listed] == [
+            (kept.str_id, REDACTED_INTENT, 3 + 1 + 1)
+        ]
+        assert engine.get_pattern(T, pattern_id).intent_count == 1
+        assert engine.stats(T).intents == 1
+        assert _stored_rows_holding(engine, SECRET.upper(), None) == []
+
+        state.store.write([(CF_META, MARKER, None)])
+        assert redact_free_texts(state, threading.Event()) == 0  # nothing left to redact
+        assert repo.meta.free_text_redacted(REDACTION_RULES)
     finally:
         engine.close()
