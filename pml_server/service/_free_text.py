@@ -33,6 +33,7 @@ from pml_server.storage.codec import decode_intent_for_view
 from pml_server.storage.keys import (
     CF_FAILURES,
     CF_INTENTS,
+    CF_META,
     CF_REQUESTS,
     split_tenant,
 )
@@ -40,12 +41,20 @@ from pml_server.storage.keys import (
 # Rows redacted in one core call (and, for the logs, rewritten in one batch per tenant).
 _PAGE = 256
 _ACTION = "free_text_redacted"
+# The `meta` row marking a store whose every stored free text is redacted under the rules
+# `REDACTION_RULES` names (docs/storage.md, Keys of `meta`).
+MARKER = b"free_text_redacted/" + str(REDACTION_RULES).encode()
+
+
+def free_text_redacted(state: EngineState) -> bool:
+    """Whether every stored free text is redacted under today's `REDACTION_RULES`."""
+    return state.store.get(CF_META, MARKER) is not None
 
 
 def redact_free_texts(state: EngineState, stop: threading.Event) -> int:
     """Redact every stored free text by today's rules; returns how many rows were rewritten
     (patterns, failure log entries, stored answers)."""
-    if state.repo.meta.free_text_redacted(REDACTION_RULES):
+    if free_text_redacted(state):
         return 0
     read = rewritten = 0
     for pattern_rows in _intent_pages_by_pattern(state, stop):
@@ -60,7 +69,7 @@ def redact_free_texts(state: EngineState, stop: threading.Event) -> int:
         rewritten += _redact_answers(state, page)
     if not stop.is_set():
         _erase_older_bytes(state, read)
-        state.store.write([state.repo.meta.put_free_text_redacted(REDACTION_RULES)])
+        state.store.write([(CF_META, MARKER, b"1")])
     return rewritten
 
 

@@ -12,15 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from pml_server.capture.redact import REDACTION_RULES
 from pml_server.capture.rules import error_signature
 from pml_server.domain import json_form
 from pml_server.domain.model import PageRequest, SuggestQuery
 from pml_server.domain.records import FailureSignature, decode_intent
 from pml_server.service import Engine
-from pml_server.service._free_text import redact_free_texts
+from pml_server.service._free_text import MARKER, free_text_redacted, redact_free_texts
 from pml_server.storage.keys import CF_FAILURES, CF_INTENTS, CF_META, CF_REQUESTS
-from pml_server.storage.repo._meta import _FREE_TEXT_KEY
 from tests.service.test_placeholder_names import _stored_rows_holding
 from tests.support import files_holding, make_record, open_engine
 
@@ -34,7 +32,6 @@ OLD_ERROR = f"login refused: my password is {SECRET}"
 REDACTED_INTENT = "log in, my password is [REDACTED]"
 REDACTED_ERROR = "login refused: my password is [REDACTED]"
 KEPT_INTENT = "rotate the staging api credentials"
-MARKER = _FREE_TEXT_KEY + str(REDACTION_RULES).encode()
 
 
 def _capture_and_plant(engine: Engine) -> str:
@@ -136,7 +133,7 @@ def test_an_older_builds_free_texts_are_redacted_once_at_open(
     engine = open_engine(tmp_path / "e", **overrides)  # the marker: nothing runs again
     try:
         assert engine.admin.wait_free_text_redacted(60) == 0
-        assert engine._state.repo.meta.free_text_redacted(REDACTION_RULES)
+        assert free_text_redacted(engine._state)
         audit = engine.admin.audit_log(T)
         assert sum(e["action"] == "free_text_redacted" for e in audit) == 3
     finally:
@@ -182,7 +179,7 @@ def test_a_stopped_pass_writes_no_marker_and_texts_redacting_alike_merge_into_a_
         stopped = threading.Event()
         stopped.set()
         assert redact_free_texts(state, stopped) == 0
-        assert not repo.meta.free_text_redacted(REDACTION_RULES)
+        assert not free_text_redacted(state)
         assert _stored_rows_holding(engine, SECRET.upper(), None)  # nothing written
 
         assert redact_free_texts(state, threading.Event()) == 3
@@ -196,6 +193,6 @@ def test_a_stopped_pass_writes_no_marker_and_texts_redacting_alike_merge_into_a_
 
         state.store.write([(CF_META, MARKER, None)])
         assert redact_free_texts(state, threading.Event()) == 0  # nothing left to redact
-        assert repo.meta.free_text_redacted(REDACTION_RULES)
+        assert free_text_redacted(state)
     finally:
         engine.close()

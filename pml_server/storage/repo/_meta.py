@@ -24,9 +24,6 @@ _INTENTS_SUMMARIZED_KEY = b"intents_summarized/1"
 # Every pattern's stored steps are read under the steps rules the key ends with
 # (capture/steps.py STEPS_RULES; docs/normalization.md, Steps).
 _STEPS_READ_KEY = b"steps_read/"
-# Every stored free text is redacted under the redaction rules the key ends with
-# (capture/redact.py REDACTION_RULES; docs/storage.md, Migrations).
-_FREE_TEXT_KEY = b"free_text_redacted/"
 # A user's deletion whose rows' bytes may still be in the store's files: written with the
 # deletion, removed once they are erased; an open erases what one left (docs/storage.md, Data
 # left on disk).
@@ -75,14 +72,6 @@ class MetaRows:
 
     def put_steps_read(self, rules: int) -> Op:
         return (CF_META, _STEPS_READ_KEY + str(rules).encode(), b"1")
-
-    def free_text_redacted(self, rules: int) -> bool:
-        """Whether every stored free text is redacted under the redaction rules `rules`
-        (docs/capture.md, Secrets)."""
-        return self.store.get(CF_META, _FREE_TEXT_KEY + str(rules).encode()) is not None
-
-    def put_free_text_redacted(self, rules: int) -> Op:
-        return (CF_META, _FREE_TEXT_KEY + str(rules).encode(), b"1")
 
     def allocator_mark(self, name: str) -> int:
         raw = self.store.get(CF_META, _ALLOCATOR_KEY + name.encode())
