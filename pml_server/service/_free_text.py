@@ -3,7 +3,8 @@ per `REDACTION_RULES` (docs/storage.md, Migrations; docs/capture.md, Secrets), w
 A capture redacts a record's free texts before anything is written (`capture/redact.py`); a
 text stored before a rule existed keeps what that rule finds until this pass. The texts kept:
 - a pattern's intents (`CF_INTENTS`) and the errors of its counters' failure signatures
-  (`CF_COUNTERS`), rewritten together under the pattern's lock, audited (`free_text_redacted`);
+  (`CF_COUNTERS`), rewritten together under the pattern's lock, audited (`free_text_redacted`)
+  (the intents read first, then the counters for signatures left to redact);
 - the failure log's entries (`CF_FAILURES`: error, intent, tool), under the tenant's lock (the
   one that trims the log), each rewritten only if still as read, one audit entry per tenant and
   page;
@@ -31,6 +32,7 @@ from pml_server.service._state import EngineState
 from pml_server.service._writes import Change, audit, await_durable, commit, compact_index, oplog
 from pml_server.storage.codec import decode_intent_for_view
 from pml_server.storage.keys import (
+    CF_COUNTERS,
     CF_FAILURES,
     CF_INTENTS,
     CF_META,
@@ -57,10 +59,15 @@ def redact_free_texts(state: EngineState, stop: threading.Event) -> int:
     if free_text_redacted(state):
         return 0
     read = rewritten = 0
-    for pattern_rows in _intent_pages_by_pattern(state, stop):
-        for (tenant, pattern_id), texts in pattern_rows:
-            read += 1
-            rewritten += _redact_pattern(state, tenant, pattern_id, texts)
+    for owners in _intent_pages_by_pattern(state, stop):
+        read += len(owners)
+        rewritten += sum(_redact_pattern(state, *owner) for owner in owners)
+    for page in _pages(state, CF_COUNTERS, stop):  # a pattern's signatures its intents' left
+        read += len(page)
+        for key, raw in page:
+            if _signatures(PatternCounters.from_json(raw)) is not None:
+                tenant, pattern_id = split_tenant(key)
+                rewritten += _redact_pattern(state, tenant, pattern_id.decode())
     for page in _pages(state, CF_FAILURES, stop):
         read += len(page)
         rewritten += _redact_failures(state, page)
@@ -84,18 +91,19 @@ def _pages(
 
 def _intent_pages_by_pattern(
     state: EngineState, stop: threading.Event
-) -> Iterator[list[tuple[tuple[str, str], bool]]]:
-    """Every stored intent, a page at a time, as (tenant, pattern id) and whether today's
-    rules change any of that pattern's texts on the page (a pattern's intents are contiguous:
-    one spanning pages is named on each, and checked again from the store when it changes)."""
+) -> Iterator[list[tuple[str, str]]]:
+    """Every stored intent, a page at a time: the (tenant, pattern id) of those whose text
+    today's rules change (a pattern's intents are contiguous: one spanning pages may be named
+    on several, and is read again from the store each time)."""
     for page in _pages(state, CF_INTENTS, stop):
-        intents = [(split_tenant(key), decode_intent_for_view(raw)) for key, raw in page]
+        intents = [(split_tenant(key)[0], decode_intent_for_view(raw)) for key, raw in page]
         redacted = redacted_texts([[i.text] for _, i in intents])
-        changed: dict[tuple[str, str], bool] = {}
-        for ((tenant, _), intent), (text,) in zip(intents, redacted, strict=True):
-            owner = (tenant, intent.pattern_id)
-            changed[owner] = changed.get(owner, False) or text != intent.text
-        yield list(changed.items())
+        owners = {
+            (tenant, intent.pattern_id): None
+            for (tenant, intent), (text,) in zip(intents, redacted, strict=True)
+            if text != intent.text
+        }
+        yield list(owners)
 
 
 @dataclass
@@ -112,13 +120,10 @@ class _Plan:
         return bool(self.changed) or self.counters is not None
 
 
-def _redact_pattern(state: EngineState, tenant: str, pattern_id: str, changed: bool) -> int:
-    """Rewrite the intents and failure signatures of the pattern today's rules change (when
-    `changed`, or when its counters' signatures do), under the pattern's lock."""
+def _redact_pattern(state: EngineState, tenant: str, pattern_id: str) -> int:
+    """Rewrite the intents and failure signatures today's rules change of the pattern, under
+    its lock; returns 1 when it was rewritten."""
     repo = state.repo
-    counters = repo.patterns.counters(tenant, pattern_id)
-    if not changed and (counters is None or _signatures(counters) is None):
-        return 0
     while True:
         found = repo.patterns.pattern(tenant, pattern_id)
         if found is None:

@@ -196,3 +196,35 @@ def test_a_stopped_pass_writes_no_marker_and_texts_redacting_alike_merge_into_a_
         assert free_text_redacted(state)
     finally:
         engine.close()
+
+
+def test_a_failure_signature_is_redacted_when_its_patterns_intents_are_clean(
+    tmp_path: Path,
+) -> None:
+    engine = open_engine(tmp_path / "e")
+    try:
+        assert engine.admin.wait_free_text_redacted(60) == 0
+        state = engine._state
+        repo = state.repo
+        record = make_record("r1", "export the quarterly invoices", ["login"], failed={"login"})
+        engine.record(T, make_record("r0", "export the quarterly invoices", ["login"]))
+        pattern_id = engine.record(T, record).pattern_id
+        counters = repo.patterns.counters(T, pattern_id)
+        assert counters is not None
+        [signature] = counters.failure_signatures
+        old = replace(signature, error=OLD_ERROR, signature=error_signature("login", OLD_ERROR))
+        state.store.write(
+            [
+                repo.patterns.put_counters(
+                    T, pattern_id, replace(counters, failure_signatures=[old])
+                ),
+                (CF_META, MARKER, None),
+            ]
+        )
+        assert redact_free_texts(state, threading.Event()) == 1
+        counters = repo.patterns.counters(T, pattern_id)
+        assert counters is not None
+        assert [s.error for s in counters.failure_signatures] == [REDACTED_ERROR]
+        assert _stored_rows_holding(engine, SECRET.upper(), None) == []
+    finally:
+        engine.close()
