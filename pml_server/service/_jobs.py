@@ -1,8 +1,8 @@
 """The engine's background jobs: restoring the search indexes at open, snapshotting them while
 running (and at close), applying the retention table on an interval, and once per store
 re-keying (before ready) and renaming (while serving) what an older build's normalizer left,
-then summarizing the shown intents its counters lack and storing again the steps of patterns
-stored under other steps rules (while serving)."""
+then summarizing the shown intents its counters lack, storing again the steps of patterns
+stored under other steps rules and redacting its free texts by today's rules (while serving)."""
 
 from __future__ import annotations
 
