@@ -16,8 +16,17 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from pml_server import _core
-from pml_server.capture.normalize import NormalizedCode
+from pml_server.capture.normalize import NormalizedCode, prepare_captures
 from pml_server.domain.model import ExecutionRecord, ToolCall
+
+# The version of the core's rules for free text (`secrets.rs`, `redact_text`). Every store's
+# stored free texts are redacted again once under each (`service/_free_text.py`): a change to
+# those rules that redacts more bumps it, and that is all it takes for an older store to lose
+# what the new rule finds (docs/capture.md, Secrets; docs/storage.md, Migrations).
+# `tests/capture/test_redaction_rules.py` fails when `secrets.rs` changes and this does not.
+REDACTION_RULES = 1
+# The language the stored texts are redacted under (no code: any the core reads).
+_NO_CODE_LANGUAGE = "python"
 
 
 def record_texts(record: ExecutionRecord) -> list[str]:
@@ -27,6 +36,21 @@ def record_texts(record: ExecutionRecord) -> list[str]:
     for call in record.tool_calls:
         texts += (call.error, call.arguments_json)
     return texts
+
+
+def redacted_texts(groups: Sequence[Sequence[str]]) -> list[list[str]]:
+    """Each group of texts stored together (an intent; a failure log entry's error and
+    intent) redacted by today's rules for free text, as a capture's texts are, in one core call:
+    `redact_text`, and a URL password or query credential one text of the group holds, quoted
+    bare in another. The values a capture's code flagged as secret are not known any more (its
+    stored code is redacted): a stored text kept one only when that capture's rules missed it
+    in the code too."""
+    out: list[list[str]] = []
+    for result in prepare_captures([("", _NO_CODE_LANGUAGE, group) for group in groups]):
+        if isinstance(result, Exception):
+            raise result  # only a text that is not UTF-8-encodable, which is never stored
+        out.append(result[1])
+    return out
 
 
 def redacted_name(name: str) -> str:

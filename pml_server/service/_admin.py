@@ -65,6 +65,12 @@ class EngineAdmin:
         retries). docs/normalization.md, Placeholder names."""
         return self._jobs.placeholders.wait(timeout)
 
+    def wait_free_text_redacted(self, timeout: float | None = None) -> int:
+        """Until the open's redacting of an older build's free texts by today's rules is over
+        (tests, benches): how many rows it rewrote; raises what made it fail (the next open
+        retries). docs/storage.md, Migrations."""
+        return self._jobs.free_texts.wait(timeout)
+
     def wait_intents_summarized(self, timeout: float | None = None) -> int:
         """Until the open's summarizing of an older build's counters is over (tests,
         benches): how many it rewrote; raises what made it fail (the next open retries).

@@ -1,8 +1,8 @@
 """The engine's background jobs: restoring the search indexes at open, snapshotting them while
 running (and at close), applying the retention table on an interval, and once per store
 re-keying (before ready) and renaming (while serving) what an older build's normalizer left,
-then summarizing the shown intents its counters lack and storing again the steps of patterns
-stored under other steps rules (while serving)."""
+then summarizing the shown intents its counters lack, storing again the steps of patterns
+stored under other steps rules and redacting its free texts by today's rules (while serving)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pml_server import __version__
 from pml_server.backup import BackupDir, BackupJob, store_id
 from pml_server.domain.errors import UnavailableError
 from pml_server.service._curation import erase_left_deletions, run_retention
+from pml_server.service._free_text import redact_free_texts
 from pml_server.service._heap import release_free_memory
 from pml_server.service._older_builds import (
     read_steps_again,
@@ -75,6 +76,7 @@ class BackgroundJobs:
         self.placeholders = OpenPass("renaming an older build's placeholder names")
         self.summaries = OpenPass("summarizing an older build's counters")
         self.steps = OpenPass("storing the steps of patterns stored under other steps rules")
+        self.free_texts = OpenPass("redacting an older build's free texts")
         # patterns moved to today's hash at open (service/_older_builds.py)
         self.patterns_rekeyed = 0
 
@@ -145,6 +147,7 @@ class BackgroundJobs:
             self.placeholders.failed(error)  # never run: their waiters hear why
             self.summaries.failed(error)
             self.steps.failed(error)
+            self.free_texts.failed(error)
             return
         try:
             erase_left_deletions(state)
@@ -156,6 +159,8 @@ class BackgroundJobs:
         self.summaries.run(lambda: summarize_intents(state, self._stop))
         # after the renaming, whose rewrites store steps too (docs/normalization.md, Steps)
         self.steps.run(lambda: read_steps_again(state, self._stop))
+        # once per store and redaction rules (docs/capture.md, Secrets)
+        self.free_texts.run(lambda: redact_free_texts(state, self._stop))
 
     def _snapshot_loop(self) -> None:
         interval = self._state.config.snapshot_interval_seconds
