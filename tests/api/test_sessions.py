@@ -300,25 +300,27 @@ def test_what_comes_next_reads_a_bounded_number_of_capabilities(
     server: RunningServer, client: PmlClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A workflow that lists a folder then searches teaches every capability that runs
-    `search` alone (here over 1024) to follow `list_dir`; offered `read_file` only, none is
+    `search` alone (here over 2048) to follow `list_dir`; offered `read_file` only, none is
     permitted. What comes next reads at most 1024 capabilities' records looking for permitted
-    patterns (docs/ranking.md, Sessions, "What usually comes next"), not every one."""
+    patterns (docs/ranking.md, Sessions, "What usually comes next"), and as many again to say
+    what the filters removed from its empty answer (Filters), not every one."""
     records = [
         make_record(
             "search " + " ".join(f"w{n}x{k}q" for k in range(4)),
             "await mcp.search({q" + str(n) + ": 'x'})",
             tools=["search"],
         )
-        for n in range(1100)
+        for n in range(2400)
     ]
     flow = "await mcp.list_dir({path: '.'}); await mcp.search({q: 'x'})"
     records.append(make_record("List then search", flow, tools=["list_dir", "search"]))
     report = client.upload(records)
-    assert len({a.result.capability for a in report.acks.values()}) > 1025
+    assert len({a.result.capability for a in report.acks.values()}) > 2049
     assert len(client.suggest("", previous_tools=["list_dir"], k=5).suggestions) == 5
     engine = server.engine
     assert isinstance(engine, Engine)
     read = rows_read(engine._state.repo.store, monkeypatch)
     offered = client.suggest("", previous_tools=["list_dir"], available_tools=["read_file"])
     assert not offered.suggestions
-    assert read.get(CF_CAPABILITIES, 0) <= 1024
+    assert (offered.removed_by_filters, list(offered.missing_tools)) == (5, ["search"])
+    assert read.get(CF_CAPABILITIES, 0) <= 2 * 1024
