@@ -1,0 +1,147 @@
+"""The wall clock stepped under a real server (docs/reliability.md, "Clock steps"): an NTP step, a
+VM resumed after days, a clock set wrong then fixed. The server process reads its wall clock as
+the machine's plus an offset the test steps (`testing/stepped_clock.py`): every wall clock its
+Python reads (`time.time`, `time.time_ns`, the backups' `datetime.now`), its monotonic clock,
+sleeps and waits left alone, as a step leaves them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from pml_server.backup import MANIFEST_NAME, BackupDir
+from pml_server.client import PmlClient, make_record
+from testing import stepped_clock
+from testing.server_process import ServerProcess
+from tests.reliability.test_otlp_split_runs import _export, _recorded_runs, free_port
+from tests.support import eventually
+
+HOUR = 3600
+DAY = 24 * HOUR
+
+
+class SteppedClock:
+    """The server's wall clock: the machine's plus `offset` seconds, changed at will."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self.step_to(0)
+
+    def step_to(self, offset_seconds: float) -> None:
+        stepped_clock.set_offset(self._path, offset_seconds)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {stepped_clock.ENV: str(self._path)}
+
+
+@pytest.fixture
+def clock(tmp_path: Path) -> SteppedClock:
+    return SteppedClock(tmp_path / "clock-offset")
+
+
+def _sequences(root: Path) -> dict[Path, int]:
+    """Each whole backup under `root`, with the store's sequence number it holds."""
+    complete = BackupDir(root, keep=2, store_id="lister").complete()
+    return {path: json.loads((path / MANIFEST_NAME).read_text())["sequence"] for path in complete}
+
+
+def _backups_written(process: ServerProcess) -> int:
+    return process.log_path.read_text().count("backup written")
+
+
+def _backup_now(process: ServerProcess) -> None:
+    before = _backups_written(process)
+    assert process.proc is not None
+    os.kill(process.proc.pid, signal.SIGUSR2)
+    assert eventually(lambda: _backups_written(process) > before, 60), process.log_tail()
+
+
+def test_a_clock_stepped_back_keeps_the_newest_backup(tmp_path: Path, clock: SteppedClock) -> None:
+    """Backups are named by the wall clock: the one taken after a step back is named before
+    those it follows, and used to be pruned at once, the newest writes with it."""
+    root = tmp_path / "backups"
+    process = ServerProcess(
+        tmp_path / "data", "--backup-dir", str(root), "--backup-keep", "2", env=clock.env
+    )
+    process.start()
+    patterns: list[str] = []
+    best = 0  # the highest sequence number a kept backup holds
+    try:
+        with PmlClient(process.target, timeout=30) as client:
+            for i, offset in enumerate((0, 0, -DAY, -HOUR, -365 * DAY)):
+                clock.step_to(offset)
+                tool = f"tool{i}"
+                captured = client.record(
+                    make_record(f"task {i}", f"await mcp.{tool}()", tools=[tool])
+                )
+                patterns.append(captured.pattern)
+                _backup_now(process)
+                kept = _sequences(root)
+                assert len(kept) == min(i + 1, 2)
+                newest = max(kept, key=lambda path: kept[path])
+                # the backup just taken holds this capture: it is kept, whatever its name
+                assert kept[newest] > best, f"step {offset} s: kept {sorted(kept.values())}"
+                best = kept[newest]
+    finally:
+        process.terminate()
+    # the backup kept as newest serves every capture, the last one (a year back) too
+    restored = tmp_path / "restored"
+    shutil.copytree(newest, restored)
+    served = ServerProcess(restored)
+    served.start()
+    try:
+        with PmlClient(served.target, timeout=30) as client:
+            assert {p.name for p in client.iter_patterns()} == set(patterns)
+    finally:
+        served.terminate()
+
+
+def _metric(port: int, result: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    prefix = f'pml_otlp_spans_total{{result="{result}"}} '
+    lines = [line for line in text.splitlines() if line.startswith(prefix)]
+    return float(lines[0][len(prefix) :]) if lines else 0.0
+
+
+@pytest.mark.parametrize("back", [HOUR, DAY, 365 * DAY])
+def test_held_otlp_spans_settle_and_expire_after_a_clock_stepped_back(
+    tmp_path: Path, clock: SteppedClock, back: int
+) -> None:
+    """A settling root held before the step is mapped with its calls one settle window after
+    it, and held calls whose root never comes expire one hold after it: not once the clock has
+    caught up again (docs/capture.md, "Runs split over several Exports")."""
+    metrics_port = free_port()
+    process = ServerProcess(
+        tmp_path / "data",
+        *("--metrics-port", str(metrics_port), "--otlp-settle-seconds", "0.5"),
+        *("--otlp-pending-seconds", "2"),
+        env=clock.env,
+    )
+    process.start()
+    try:
+        clock.step_to(back)  # a clock ahead, set right later
+        settled, orphan = _recorded_runs([False, False])
+        reply = _export(process.target, settled[-1:])
+        assert "invoke_agent spans with no tool call held" in reply.partial_success.error_message
+        assert "5 spans held" in _export(process.target, orphan[:-1]).partial_success.error_message
+        clock.step_to(0)
+        for span in settled[:-1]:
+            assert _export(process.target, [span]).partial_success.rejected_spans == 0
+        with PmlClient(process.target, timeout=30) as client:
+            assert eventually(lambda: list(client.iter_patterns()), 20), process.log_tail()
+            (pattern,) = client.iter_patterns()
+        assert (pattern.usage_count, pattern.success_count) == (1, 1)
+        time.sleep(2.5)  # past otlp_pending_seconds since the step
+        _export(process.target, _recorded_runs([False])[0][:1])  # the tenant's next Export
+        assert _metric(metrics_port, "expired") == 5
+    finally:
+        process.terminate()
