@@ -145,3 +145,47 @@ def test_held_otlp_spans_settle_and_expire_after_a_clock_stepped_back(
         assert _metric(metrics_port, "expired") == 5
     finally:
         process.terminate()
+
+
+def test_request_ids_and_scores_hold_across_clock_steps(
+    tmp_path: Path, clock: SteppedClock
+) -> None:
+    """A clock set a year ahead then right, then back a day and an hour: every resent request
+    id is replayed, never counted twice, a retention run between the steps forgets none of them
+    (an answer stamped ahead of now is kept: docs/capture.md, Idempotency), and Suggest's score
+    parts stay in their bounds (docs/ranking.md: a last use ahead of now is recency 1)."""
+    process = ServerProcess(tmp_path / "data", env=clock.env)
+    process.start()
+    sent: dict[str, object] = {}
+    try:
+        with PmlClient(process.target, timeout=30) as client:
+
+            def capture(request_id: str, tool: str) -> bool:
+                record = make_record(
+                    f"read the {tool} report",
+                    f"await mcp.{tool}()",
+                    tools=[tool],
+                    request_id=request_id,
+                    session_id="s1",
+                )
+                sent[request_id] = tool
+                return bool(client.record(record).replayed)
+
+            for n, offset in enumerate((365 * DAY, 0, -DAY, -DAY - HOUR, 0)):
+                clock.step_to(offset)
+                for step in ("a", "b"):
+                    assert not capture(f"{n}-{step}", f"tool_{step}")
+                client.run_retention(apply=True)
+                for request_id, tool in sent.items():
+                    assert capture(request_id, str(tool)), f"{request_id} at offset {offset}"
+                answer = client.suggest("read the tool_a report", explain=True, session_id="s1")
+                for suggestion in answer.suggestions:
+                    score = suggestion.score
+                    assert 0 < score.recency <= 1
+                    assert 1 <= score.transition < 2
+                    # every other factor is in [0, 1] (docs/ranking.md, Formula); NaN fails too
+                    assert 0 <= score.total <= score.transition, score
+            usage = {p.tools_used[0]: p.usage_count for p in client.iter_patterns()}
+    finally:
+        process.terminate()
+    assert usage == {"tool_a": 5, "tool_b": 5}  # each request id counted once
