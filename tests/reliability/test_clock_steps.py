@@ -179,6 +179,7 @@ def test_request_ids_and_scores_hold_across_clock_steps(
                 for request_id, tool in sent.items():
                     assert capture(request_id, str(tool)), f"{request_id} at offset {offset}"
                 answer = client.suggest("read the tool_a report", explain=True, session_id="s1")
+                assert answer.suggestions
                 for suggestion in answer.suggestions:
                     score = suggestion.score
                     assert 0 < score.recency <= 1
