@@ -86,8 +86,23 @@ class _Tenant:
     spans: int = 0
     # (trace id, span id) of each settling root -> when it was held (ms).
     settling: dict[tuple[bytes, bytes], int] = field(default_factory=dict)
-    # The latest of the times above (`PendingSpans._now`).
+    # The latest of the times above (`_caught_up`).
     latest_ms: int = 0
+
+
+def _caught_up(state: _Tenant, now: int) -> int:
+    """`now`, once every time `state` holds that is later than it is lowered to it: after the
+    wall clock was set back (or spans held by a replica whose clock is ahead), a span is aged
+    from when this process first saw now before its time, so a settling root matures and a
+    trace expires one window later, not when the clock has caught up again (docs/capture.md,
+    "Runs split over several Exports")."""
+    if now < state.latest_ms:
+        for trace in state.traces.values():
+            trace.first_ms = min(trace.first_ms, now)
+        for key, at in state.settling.items():
+            state.settling[key] = min(at, now)
+        state.latest_ms = now
+    return now
 
 
 @dataclass
@@ -198,25 +213,10 @@ class PendingSpans:
         """Whether `span` is a settling root whose calls may still arrive."""
         return _is_settling(span.data) and span.received_ms > self._clock_ms() - self._settle_ms
 
-    def _now(self, state: _Tenant) -> int:
-        """The clock, once every time `state` holds that is later than it is lowered to it:
-        after the wall clock was set back (or spans held by a replica whose clock is ahead),
-        a span is aged from when this process first saw now before its time, so a settling
-        root matures and a trace expires one window later, not when the clock has caught up
-        again (docs/capture.md, "Runs split over several Exports")."""
-        now = self._clock_ms()
-        if now < state.latest_ms:
-            for trace in state.traces.values():
-                trace.first_ms = min(trace.first_ms, now)
-            for key, at in state.settling.items():
-                state.settling[key] = min(at, now)
-            state.latest_ms = now
-        return now
-
     def matured(self, tenant: str) -> list[bytes]:
         """The traces of `tenant` with a settling root held longer than the window."""
         state = self._state(tenant)
-        cutoff = self._now(state) - self._settle_ms
+        cutoff = _caught_up(state, self._clock_ms()) - self._settle_ms
         settling = state.settling
         return list(dict.fromkeys(t for (t, _), at in settling.items() if at <= cutoff))
 
@@ -244,8 +244,8 @@ class PendingSpans:
         them) are forgotten: not counted against the bound, not settling."""
         prefix = self._key(tenant, trace_id)
         state = self._state(tenant)
-        self._now(state)
-        # a settling root's time as this process ages it (`_now`)
+        _caught_up(state, self._clock_ms())
+        # a settling root's time as this process ages it (`_caught_up`)
         since = state.settling
         held = [
             HeldSpan(
@@ -270,7 +270,7 @@ class PendingSpans:
         returns them with the spans deleted (a trace's marker of refused spans, span id 0,
         among them)."""
         state = self._state(tenant)
-        cutoff = self._now(state) - self._max_age_ms
+        cutoff = _caught_up(state, self._clock_ms()) - self._max_age_ms
         # A trace with a settling root is captured once its window passes (`matured`), never
         # expired before: its spans were all held while the root was.
         settling = {trace_id for trace_id, _ in state.settling}
@@ -306,7 +306,7 @@ class PendingSpans:
         """Write `hold` ((trace id, span id, span bytes), durable when this returns) and delete
         `release` ((trace id, span id)) in one batch."""
         state = self._state(tenant)
-        now = self._now(state)
+        now = _caught_up(state, self._clock_ms())
         state.latest_ms = max(state.latest_ms, now)
         ops: list[Op] = [(CF_META, self._key(tenant, t, s), None) for t, s in release]
         ops += [(CF_META, self._key(tenant, t, s), u64(now) + data) for t, s, data in hold]
