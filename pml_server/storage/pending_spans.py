@@ -244,16 +244,23 @@ class PendingSpans:
         them) are forgotten: not counted against the bound, not settling."""
         prefix = self._key(tenant, trace_id)
         state = self._state(tenant)
-        _caught_up(state, self._clock_ms())
+        now = _caught_up(state, self._clock_ms())
+        rows = [(key[len(prefix) :], value) for key, value in self._store.scan(CF_META, prefix)]
+        for span_id, value in rows:
+            if (trace_id, span_id) not in state.settling and _is_settling(value[8:]):
+                # another replica's settling root, first read here: aged from now, as its
+                # time is by that replica's clock (docs/capture.md, "Runs split over several
+                # Exports")
+                trace = state.traces.setdefault(trace_id, _Trace(now))
+                if span_id not in trace.span_ids:
+                    trace.span_ids.add(span_id)
+                    state.spans += 1
+                state.settling[(trace_id, span_id)] = now
         # a settling root's time as this process ages it (`_caught_up`)
         since = state.settling
         held = [
-            HeldSpan(
-                key[len(prefix) :],
-                since.get((trace_id, key[len(prefix) :]), from_u64(value[:8])),
-                value[8:],
-            )
-            for key, value in self._store.scan(CF_META, prefix)
+            HeldSpan(span_id, since.get((trace_id, span_id), from_u64(value[:8])), value[8:])
+            for span_id, value in rows
         ]
         trace = state.traces.get(trace_id)
         if trace is not None and (gone := trace.span_ids - {h.span_id for h in held}):

@@ -159,3 +159,30 @@ def test_a_clock_stepped_back_neither_holds_spans_nor_a_settling_root_for_the_st
         clock.ms += 600_000
         assert [trace for trace, _ in again.expire(tenant)] == [other]
     store.close()
+
+
+def test_a_settling_root_another_replica_held_settles_by_this_ones_clock(
+    opener: Opener,
+) -> None:
+    """Two replicas whose clocks differ by ten minutes: the root the one behind holds settling
+    is, to the one ahead, ten minutes old. Read from the store, it was taken as settled at
+    once, mapped with the first call to arrive and the run's other calls held until they
+    expired: the run was never captured. It is aged from when this replica first reads it."""
+    store = opener()
+    behind, ahead = Clock(), Clock()
+    ahead.ms += 600_000
+    first = PendingSpans(store, 100, 600.0, behind, settle_seconds=5.0)
+    second = PendingSpans(store, 100, 600.0, ahead, settle_seconds=5.0)
+    assert second.held("t") == 0  # the tenant seen before the root is held
+    first.update("t", [(TRACE, _span(1), _settling_root())], [])
+    (held,) = second.load("t", TRACE)
+    assert second.settling(held)
+    assert second.settling_tenants() == ["t"]
+    assert second.matured("t") == []
+    ahead.ms += 5_000
+    assert second.matured("t") == [TRACE]
+    (held,) = second.load("t", TRACE)
+    assert not second.settling(held)
+    first.update("t", [], [(TRACE, _span(1))])  # the first replica captured the run meanwhile
+    assert second.load("t", TRACE) == []
+    assert (second.matured("t"), second.held("t"), second.settling_tenants()) == ([], 0, [])
