@@ -177,7 +177,10 @@ class PendingSpans:
                 trace.span_ids.add(span_id)
                 state.spans += 1
                 if _is_settling(value[8:]):
-                    state.settling[(trace_id, span_id)] = received
+                    # its window runs from now, by this process's clock: the root may have
+                    # been held by another replica, whose clock may be minutes apart (as in
+                    # `load`; docs/capture.md, "Runs split over several Exports")
+                    state.settling[(trace_id, span_id)] = self._clock_ms()
             with self._lock:
                 self._tenants[tenant] = state
         return state
@@ -248,9 +251,9 @@ class PendingSpans:
         rows = [(key[len(prefix) :], value) for key, value in self._store.scan(CF_META, prefix)]
         for span_id, value in rows:
             if (trace_id, span_id) not in state.settling and _is_settling(value[8:]):
-                # another replica's settling root, first read here: aged from now, as its
-                # time is by that replica's clock (docs/capture.md, "Runs split over several
-                # Exports")
+                # another replica's settling root, first read here: its window runs from
+                # now, as its time is by that replica's clock (docs/capture.md, "Runs split
+                # over several Exports")
                 trace = state.traces.setdefault(trace_id, _Trace(now))
                 if span_id not in trace.span_ids:
                     trace.span_ids.add(span_id)

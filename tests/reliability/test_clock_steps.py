@@ -190,3 +190,39 @@ def test_request_ids_and_scores_hold_across_clock_steps(
     finally:
         process.terminate()
     assert usage == {"tool_a": 5, "tool_b": 5}  # each request id counted once
+
+
+@pytest.mark.postgres
+def test_a_root_first_run_split_across_replicas_whose_clocks_differ(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    """Two replicas of one PostgreSQL store, clocks ten minutes apart: a run's root span reaches
+    the one behind first, alone, its calls then the one ahead, an Export each. The one ahead
+    took the root, held by a clock ten minutes behind its own, as settled: mapped it with the
+    first span to arrive and held the calls until they expired, the run never captured. Now
+    it is captured once, whole. (The clocks are stepped once both serve: grpc's Python layer
+    takes its start's deadline from `time.time`, which a clock stepped ahead before the start
+    pushes out by the step.)"""
+    behind, ahead = SteppedClock(tmp_path / "behind"), SteppedClock(tmp_path / "ahead")
+    flags = ("--store", postgres_dsn, "--otlp-settle-seconds", "2")
+    a = ServerProcess(tmp_path / "a", *flags, env=behind.env)
+    b = ServerProcess(tmp_path / "b", *flags, env=ahead.env)
+    a.start()
+    b.start()
+    try:
+        behind.step_to(-300)
+        ahead.step_to(300)
+        (spans,) = _recorded_runs([False])
+        reply = _export(a.target, spans[-1:])
+        assert "invoke_agent spans with no tool call held" in reply.partial_success.error_message
+        for span in spans[:-1]:
+            assert _export(b.target, [span]).partial_success.rejected_spans == 0
+        with PmlClient(b.target) as client:
+            assert eventually(lambda: list(client.iter_patterns()), 20), b.log_tail()
+            time.sleep(3)  # past the settle window: a second capture would show by now
+            (pattern,) = client.iter_patterns()
+        assert list(pattern.tools_used) == ["read_file", "parse_json", "sum_column", "write_file"]
+        assert (pattern.usage_count, pattern.success_count) == (1, 1)
+    finally:
+        a.terminate()
+        b.terminate()
