@@ -6,7 +6,9 @@ machine's. Every wall clock the server's Python reads goes through it: `time.tim
 `time.time_ns` and `datetime.now` where the backups read it (`backup/_dir.py`); the monotonic
 clock, sleeps and waits are left alone, as a step leaves them. (libfaketime, which would step
 the process's C library clock, breaks Python's `time.sleep`: EINVAL from its
-`clock_nanosleep`.)"""
+`clock_nanosleep`.) Step the clock once the server serves: grpc's Python layer takes its
+start's deadline from `time.time` while its core waits on the machine's clock, so a server whose
+clock is ahead when it starts waits out the step."""
 
 from __future__ import annotations
 
