@@ -254,9 +254,9 @@ class PendingSpans:
                 # another replica's settling root, first read here: its window runs from
                 # now, as its time is by that replica's clock (docs/capture.md, "Runs split
                 # over several Exports")
-                trace = state.traces.setdefault(trace_id, _Trace(now))
-                if span_id not in trace.span_ids:
-                    trace.span_ids.add(span_id)
+                read = state.traces.setdefault(trace_id, _Trace(now))
+                if span_id not in read.span_ids:
+                    read.span_ids.add(span_id)
                     state.spans += 1
                 state.settling[(trace_id, span_id)] = now
         # a settling root's time as this process ages it (`_caught_up`)
