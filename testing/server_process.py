@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import grpc
@@ -21,8 +22,15 @@ _LISTENING = re.compile(r"\(port (\d+)\)")
 class ServerProcess:
     """`python -m testing.serve_pml` on 127.0.0.1 with an OS-chosen port."""
 
-    def __init__(self, data_dir: Path, *flags: str, log_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *flags: str,
+        log_path: Path | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.data_dir = data_dir
+        self.env = None if env is None else {**os.environ, **env}
         self.flags = flags
         self.log_path = log_path or data_dir.parent / f"{data_dir.name}-server.log"
         self.proc: subprocess.Popen[str] | None = None
@@ -39,7 +47,13 @@ class ServerProcess:
         args += ["--data-dir", str(self.data_dir), "--embedder", "hashing", *self.flags]
         log = self.log_path.open("a")
         self.proc = subprocess.Popen(
-            args, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True
+            args,
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            start_new_session=True,
         )
         log.close()
         assert self.proc.stdout is not None

@@ -139,8 +139,13 @@ class BackupDir:
         return sorted(found, key=lambda path: path.name)
 
     def own(self) -> list[Path]:
-        """The whole backups of this store, oldest first."""
-        return [path for path in self.complete() if self._is_own(path)]
+        """The whole backups of this store, oldest first: by the store's sequence number each
+        holds, then by name. Never by name (its time) alone: a backup taken after the wall
+        clock was set back is named earlier than those before it, and holds more
+        (docs/storage.md, Backups and restore)."""
+        found = [(self._sequence_if_own(path), path) for path in self.complete()]
+        own = [(sequence, path.name, path) for sequence, path in found if sequence is not None]
+        return [path for _, _, path in sorted(own)]
 
     def prune(self) -> list[Path]:
         """Remove all but the newest `keep` backups of this store; the removed ones."""
@@ -149,16 +154,23 @@ class BackupDir:
             shutil.rmtree(path)
         return removed
 
-    def _is_own(self, path: Path) -> bool:
+    def _sequence_if_own(self, path: Path) -> int | None:
+        """The store's sequence number the backup at `path` holds (0 if its manifest names
+        none) when it is this store's; None when another's or not provably ours (an unreadable
+        manifest: never removed)."""
         try:
             manifest = json.loads((path / MANIFEST_NAME).read_text())
-        except (OSError, ValueError):  # unreadable: not provably ours, so never removed
-            return False
+        except (OSError, ValueError):
+            return None
         if not isinstance(manifest, dict):
-            return False
+            return None
         if "store_id" in manifest:
-            return bool(manifest["store_id"] == self.store_id)
-        return self._data_dir is not None and manifest.get("data_dir") == self._data_dir
+            if manifest["store_id"] != self.store_id:
+                return None
+        elif self._data_dir is None or manifest.get("data_dir") != self._data_dir:
+            return None
+        sequence = manifest.get("sequence")
+        return sequence if isinstance(sequence, int) else 0
 
 
 def _file_digests(directory: Path) -> dict[str, dict[str, object]]:

@@ -86,6 +86,23 @@ class _Tenant:
     spans: int = 0
     # (trace id, span id) of each settling root -> when it was held (ms).
     settling: dict[tuple[bytes, bytes], int] = field(default_factory=dict)
+    # The latest of the times above (`_caught_up`).
+    latest_ms: int = 0
+
+
+def _caught_up(state: _Tenant, now: int) -> int:
+    """`now`, once every time `state` holds that is later than it is lowered to it: after the
+    wall clock was set back (or spans held by a replica whose clock is ahead), a span is aged
+    from when this process first saw now before its time, so a settling root matures and a
+    trace expires one window later, not when the clock has caught up again (docs/capture.md,
+    "Runs split over several Exports")."""
+    if now < state.latest_ms:
+        for trace in state.traces.values():
+            trace.first_ms = min(trace.first_ms, now)
+        for key, at in state.settling.items():
+            state.settling[key] = min(at, now)
+        state.latest_ms = now
+    return now
 
 
 @dataclass
@@ -156,10 +173,14 @@ class PendingSpans:
                 received = from_u64(value[:8])
                 trace = state.traces.setdefault(trace_id, _Trace(received))
                 trace.first_ms = min(trace.first_ms, received)
+                state.latest_ms = max(state.latest_ms, received)
                 trace.span_ids.add(span_id)
                 state.spans += 1
                 if _is_settling(value[8:]):
-                    state.settling[(trace_id, span_id)] = received
+                    # its window runs from now, by this process's clock: the root may have
+                    # been held by another replica, whose clock may be minutes apart (as in
+                    # `load`; docs/capture.md, "Runs split over several Exports")
+                    state.settling[(trace_id, span_id)] = self._clock_ms()
             with self._lock:
                 self._tenants[tenant] = state
         return state
@@ -197,8 +218,9 @@ class PendingSpans:
 
     def matured(self, tenant: str) -> list[bytes]:
         """The traces of `tenant` with a settling root held longer than the window."""
-        cutoff = self._clock_ms() - self._settle_ms
-        settling = self._state(tenant).settling
+        state = self._state(tenant)
+        cutoff = _caught_up(state, self._clock_ms()) - self._settle_ms
+        settling = state.settling
         return list(dict.fromkeys(t for (t, _), at in settling.items() if at <= cutoff))
 
     def held(self, tenant: str) -> int:
@@ -224,11 +246,25 @@ class PendingSpans:
         counted that the store no longer has (another replica captured their run and deleted
         them) are forgotten: not counted against the bound, not settling."""
         prefix = self._key(tenant, trace_id)
-        held = [
-            HeldSpan(key[len(prefix) :], from_u64(value[:8]), value[8:])
-            for key, value in self._store.scan(CF_META, prefix)
-        ]
         state = self._state(tenant)
+        now = _caught_up(state, self._clock_ms())
+        rows = [(key[len(prefix) :], value) for key, value in self._store.scan(CF_META, prefix)]
+        for span_id, value in rows:
+            if (trace_id, span_id) not in state.settling and _is_settling(value[8:]):
+                # another replica's settling root, first read here: its window runs from
+                # now, as its time is by that replica's clock (docs/capture.md, "Runs split
+                # over several Exports")
+                read = state.traces.setdefault(trace_id, _Trace(now))
+                if span_id not in read.span_ids:
+                    read.span_ids.add(span_id)
+                    state.spans += 1
+                state.settling[(trace_id, span_id)] = now
+        # a settling root's time as this process ages it (`_caught_up`)
+        since = state.settling
+        held = [
+            HeldSpan(span_id, since.get((trace_id, span_id), from_u64(value[:8])), value[8:])
+            for span_id, value in rows
+        ]
         trace = state.traces.get(trace_id)
         if trace is not None and (gone := trace.span_ids - {h.span_id for h in held}):
             for span_id in gone:
@@ -244,7 +280,7 @@ class PendingSpans:
         returns them with the spans deleted (a trace's marker of refused spans, span id 0,
         among them)."""
         state = self._state(tenant)
-        cutoff = self._clock_ms() - self._max_age_ms
+        cutoff = _caught_up(state, self._clock_ms()) - self._max_age_ms
         # A trace with a settling root is captured once its window passes (`matured`), never
         # expired before: its spans were all held while the root was.
         settling = {trace_id for trace_id, _ in state.settling}
@@ -280,7 +316,8 @@ class PendingSpans:
         """Write `hold` ((trace id, span id, span bytes), durable when this returns) and delete
         `release` ((trace id, span id)) in one batch."""
         state = self._state(tenant)
-        now = self._clock_ms()
+        now = _caught_up(state, self._clock_ms())
+        state.latest_ms = max(state.latest_ms, now)
         ops: list[Op] = [(CF_META, self._key(tenant, t, s), None) for t, s in release]
         ops += [(CF_META, self._key(tenant, t, s), u64(now) + data) for t, s, data in hold]
         if not ops:

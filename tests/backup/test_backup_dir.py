@@ -242,3 +242,35 @@ def test_the_metrics_show_backups_by_result_and_the_prunes_that_failed() -> None
     assert 'pml_backups_total{result="failed"} 1.0' in scraped
     assert "pml_backup_prunes_failed_total 2.0" in scraped
     assert "pml_backup_last_success_timestamp_seconds 1.5e+09" in scraped
+
+
+def test_a_clock_stepped_back_never_prunes_the_newest_backup(tmp_path: Path) -> None:
+    # the wall clock set back (an NTP step, a clock set wrong then fixed): the backup taken
+    # after it is named earlier than those before it, yet it holds the most (docs/storage.md,
+    # Backups and restore: newest by the store's sequence number, not by name)
+    moments = iter(
+        [
+            datetime(2026, 6, 1, 12, tzinfo=UTC),
+            datetime(2026, 6, 1, 13, tzinfo=UTC),
+            datetime(2025, 6, 1, 13, tzinfo=UTC),  # a year back
+            datetime(2026, 6, 1, 11, tzinfo=UTC),  # an hour back, a year forward again
+        ]
+    )
+    backups = BackupDir(tmp_path / "backups", keep=2, store_id="a", clock=lambda: next(moments))
+
+    def at(sequence: int) -> Callable[[Path], int]:
+        def checkpoint(path: Path) -> int:
+            path.mkdir()
+            (path / "data").write_text(str(sequence))
+            return sequence
+
+        return checkpoint
+
+    first, second = backups.take(at(10), {}).path, backups.take(at(20), {}).path
+    third = backups.take(at(30), {}).path
+    assert backups.prune() == [first]
+    assert backups.own() == [second, third]
+    fourth = backups.take(at(40), {}).path
+    assert backups.prune() == [second]
+    assert backups.own() == [third, fourth]
+    assert (fourth / "data").read_text() == "40"

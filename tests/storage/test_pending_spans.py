@@ -77,6 +77,10 @@ def test_settling_roots_mature_and_survive_a_reopen(opener: Opener) -> None:
     assert again.settling_tenants() == []  # nothing read yet
     again.open_tenants()
     assert again.settling_tenants() == ["t"]
+    # its window runs again from when this process read it (it may be another replica's,
+    # held by a clock minutes apart): one window after the start
+    assert again.matured("t") == []
+    clock.ms += 5_000
     assert again.matured("t") == [TRACE]
     assert again.held("t") == 2
     again.update("t", [], [(TRACE, _span(1)), (TRACE, _span(2))])
@@ -120,3 +124,69 @@ def test_spans_another_replica_deleted_are_forgotten_when_read(opener: Opener) -
     second.update("t", [], [(TRACE, _span(1)), (TRACE, _span(2))])  # its capture
     assert first.load("t", TRACE) == []
     assert (first.matured("t"), first.held("t"), first.settling_tenants()) == ([], 0, [])
+
+
+def test_a_clock_stepped_back_neither_holds_spans_nor_a_settling_root_for_the_step(
+    opener: Opener,
+) -> None:
+    """The wall clock set back (an NTP step, a clock set wrong then fixed, another replica's
+    clock ahead): spans held before it bear times after now. They are aged from when this
+    process first sees now before them (docs/capture.md, "Runs split over several Exports"):
+    a settling root matures `settle_seconds` later and a held trace expires `max_age_seconds`
+    later, not once the clock has caught up again (an hour, a day, a year on)."""
+    store = opener()
+    clock = Clock()
+    for back_ms in (3_600_000, 86_400_000, 365 * 86_400_000):
+        tenant = f"t{back_ms}"
+        clock.ms += 2 * back_ms
+        pending = PendingSpans(store, 100, 600.0, clock, settle_seconds=5.0)
+        other = bytes(range(2, 18))
+        pending.update(tenant, [(TRACE, _span(1), _settling_root()), (other, _span(3), b"")], [])
+        clock.ms -= back_ms
+        assert pending.matured(tenant) == []  # the window starts again now
+        (held,) = pending.load(tenant, TRACE)
+        assert pending.settling(held)
+        clock.ms += 5_000
+        assert pending.matured(tenant) == [TRACE]
+        (held,) = pending.load(tenant, TRACE)
+        assert not pending.settling(held)
+        clock.ms += 600_000
+        assert [trace for trace, _ in pending.expire(tenant)] == [other]
+        # a restart with the clock still behind: the same, from the restart on
+        pending.update(tenant, [(other, _span(3), b"")], [])
+        clock.ms -= back_ms
+        store.close()
+        store = opener()
+        again = PendingSpans(store, 100, 600.0, clock, settle_seconds=5.0)
+        again.open_tenants()
+        assert again.expire(tenant) == []
+        clock.ms += 600_000
+        assert [trace for trace, _ in again.expire(tenant)] == [other]
+    store.close()
+
+
+def test_a_settling_root_another_replica_held_settles_by_this_ones_clock(
+    opener: Opener,
+) -> None:
+    """Two replicas whose clocks differ by ten minutes: the root the one behind holds settling
+    is, to the one ahead, ten minutes old. Read from the store, it was taken as settled at
+    once, mapped with the first call to arrive and the run's other calls held until they
+    expired: the run was never captured. It is aged from when this replica first reads it."""
+    store = opener()
+    behind, ahead = Clock(), Clock()
+    ahead.ms += 600_000
+    first = PendingSpans(store, 100, 600.0, behind, settle_seconds=5.0)
+    second = PendingSpans(store, 100, 600.0, ahead, settle_seconds=5.0)
+    assert second.held("t") == 0  # the tenant seen before the root is held
+    first.update("t", [(TRACE, _span(1), _settling_root())], [])
+    (held,) = second.load("t", TRACE)
+    assert second.settling(held)
+    assert second.settling_tenants() == ["t"]
+    assert second.matured("t") == []
+    ahead.ms += 5_000
+    assert second.matured("t") == [TRACE]
+    (held,) = second.load("t", TRACE)
+    assert not second.settling(held)
+    first.update("t", [], [(TRACE, _span(1))])  # the first replica captured the run meanwhile
+    assert second.load("t", TRACE) == []
+    assert (second.matured("t"), second.held("t"), second.settling_tenants()) == ([], 0, [])
