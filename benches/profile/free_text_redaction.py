@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import sys
 import tempfile
-import time
 from dataclasses import replace
 from pathlib import Path
 
+from benches.profile._open_passes import reopen_and_wait
 from pml_server.domain.records import decode_intent
 from pml_server.service import Engine
 from pml_server.service._free_text import MARKER
@@ -27,11 +27,7 @@ BATCH = 64  # record_many's bound
 
 
 def _reopen(engine: Engine, where: Path) -> tuple[Engine, int, float]:
-    engine.close()
-    engine = open_engine(where)
-    started = time.perf_counter()
-    redacted = engine.admin.wait_free_text_redacted(3600)
-    return engine, redacted, time.perf_counter() - started
+    return reopen_and_wait(engine, where, lambda e: e.admin.wait_free_text_redacted(3600))
 
 
 def main(n: int) -> None:

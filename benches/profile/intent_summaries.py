@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+from benches.profile._open_passes import reopen_and_wait
 from pml_server.service import Engine
 from pml_server.storage.keys import CF_COUNTERS, CF_META, tenant_key
 from pml_server.storage.repo._meta import _INTENTS_SUMMARIZED_KEY
@@ -26,11 +26,7 @@ INTENTS = 3  # a pattern's distinct intents
 
 
 def _reopen(engine: Engine, where: Path) -> tuple[Engine, int, float]:
-    engine.close()
-    engine = open_engine(where)
-    started = time.perf_counter()
-    summarized = engine.admin.wait_intents_summarized(3600)
-    return engine, summarized, time.perf_counter() - started
+    return reopen_and_wait(engine, where, lambda e: e.admin.wait_intents_summarized(3600))
 
 
 def main(n: int) -> None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import sys
 import tempfile
-import time
 from dataclasses import replace
 from pathlib import Path
 
+from benches.profile._open_passes import reopen_and_wait
 from pml_server.service import Engine
 from pml_server.storage.keys import CF_META
 from pml_server.storage.repo._meta import _PLACEHOLDERS_KEY
@@ -24,11 +24,7 @@ BATCH = 64  # record_many's bound
 
 
 def _reopen(engine: Engine, where: Path) -> tuple[Engine, int, float]:
-    engine.close()
-    engine = open_engine(where)
-    started = time.perf_counter()
-    renamed = engine.admin.wait_placeholders_renamed(3600)
-    return engine, renamed, time.perf_counter() - started
+    return reopen_and_wait(engine, where, lambda e: e.admin.wait_placeholders_renamed(3600))
 
 
 def main(n: int) -> None:
